@@ -1,0 +1,41 @@
+# The two front-door commands: `make demo` and `make test`.
+# Every target installs into .venv first when needed (idempotent: a stamp file tracks pyproject.toml).
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+
+.PHONY: install demo test dev bench lint check-java clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; offset-assets needs Python 3.11 (set PYTHON=...)" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+check-java:
+	@sh scripts/check_java.sh
+
+demo: install check-java
+	$(BIN)/offset-assets demo
+
+test: install check-java
+	$(BIN)/python -m pytest
+
+dev: install check-java
+	@mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml
+
+bench: install check-java
+	$(BIN)/python -m bench.run
+
+lint: install
+	$(BIN)/ruff check offset_assets assets_defs tests bench
+
+clean:
+	rm -rf $(VENV) state .dagster_home/history .dagster_home/storage .dagster_home/schedules .dagster_home/logs

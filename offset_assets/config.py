@@ -1,0 +1,43 @@
+"""Embedded defaults and the environment variables that override them.
+
+Everything has a safe local default so that `make demo` needs no set-up: a state folder
+in the working directory holding the SQLite control plane and the Parquet warehouse.
+Production points the same variables at PostgreSQL, a Hadoop file system and a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_HOME = "OFFSET_ASSETS_HOME"
+ENV_DB_URL = "OFFSET_ASSETS_DB_URL"
+ENV_WAREHOUSE = "OFFSET_ASSETS_WAREHOUSE"
+ENV_SPARK_MASTER = "OFFSET_ASSETS_SPARK_MASTER"
+
+
+def state_dir() -> Path:
+    """Local folder for embedded state (SQLite file, warehouse); created on demand."""
+    path = Path(os.environ.get(ENV_HOME, "state")).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def default_db_url() -> str:
+    """Control-plane URL: `OFFSET_ASSETS_DB_URL`, else a SQLite file in the state folder."""
+    url = os.environ.get(ENV_DB_URL)
+    if url:
+        return url
+    return f"sqlite:///{state_dir() / 'control_plane.db'}"
+
+
+def default_warehouse() -> str:
+    """Warehouse root: `OFFSET_ASSETS_WAREHOUSE` (any Hadoop URI), else a local folder."""
+    root = os.environ.get(ENV_WAREHOUSE)
+    if root:
+        return root.rstrip("/")
+    return str(state_dir() / "warehouse")
+
+
+def default_spark_master() -> str:
+    return os.environ.get(ENV_SPARK_MASTER, "local[*]")

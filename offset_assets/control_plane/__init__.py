@@ -1,0 +1,5 @@
+"""Layer 1: the control plane (SQLAlchemy + Alembic): offsets, delta catalog, job log, leases."""
+
+from offset_assets.control_plane.database import ControlPlane, connect, mask_url
+
+__all__ = ["ControlPlane", "connect", "mask_url"]

@@ -1,0 +1,87 @@
+"""Control-plane tables (SQLAlchemy Core).
+
+These objects are used to build queries; the schema itself is created and upgraded only
+by the Alembic migrations in `migrations/versions/`, which must stay in step with it.
+Times are epoch seconds as doubles: the same type as `update_ts`, comparable across
+SQLite and PostgreSQL without time-zone surprises.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+transform_input_offset = Table(
+    "transform_input_offset",
+    metadata,
+    Column("transformation_id", String(255), primary_key=True),
+    Column("input_table_name", String(255), primary_key=True),
+    Column("update_ts_offset", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+# One row: the last commit timestamp handed out. Updating it inside each commit
+# transaction serialises commits and makes every commit timestamp strictly greater
+# than all earlier ones, even when the wall clock steps back.
+commit_clock = Table(
+    "commit_clock",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("last_commit_ts", Double, nullable=False),
+)
+
+versioned_table = Table(
+    "versioned_table",
+    metadata,
+    Column("table_name", String(255), primary_key=True),
+    Column("primary_key", Text, nullable=False),  # JSON list of column names
+    Column("schema_json", Text, nullable=False),  # Spark StructType JSON of the data columns
+    Column("created_at", Double, nullable=False),
+)
+
+# The delta catalog. A hot delta is the row with status 'hot'; its number is
+# last committed + 1, so the primary key itself allows one hot delta per table.
+table_delta = Table(
+    "table_delta",
+    metadata,
+    Column("table_name", String(255), primary_key=True),
+    Column("delta_num", BigInteger, primary_key=True),
+    Column("status", String(16), nullable=False),  # hot | committed
+    Column("data_path", Text, nullable=False),
+    Column("holder", String(255), nullable=True),
+    Column("run_id", String(255), nullable=True),
+    Column("opened_at", Double, nullable=False),
+    Column("commit_ts", Double, nullable=True),
+    Column("rows_upserted", BigInteger, nullable=True),
+    Column("rows_deleted", BigInteger, nullable=True),
+)
+
+# Compacted actual state of a table as of a committed delta (history stays in the deltas).
+table_snapshot = Table(
+    "table_snapshot",
+    metadata,
+    Column("table_name", String(255), primary_key=True),
+    Column("delta_num", BigInteger, primary_key=True),
+    Column("data_path", Text, nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    Column("created_at", Double, nullable=False),
+)
+
+run_lease = Table(
+    "run_lease",
+    metadata,
+    Column("transformation_id", String(255), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("acquired_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+)
