@@ -1,0 +1,39 @@
+"""offset-assets: incremental Dagster + PySpark pipelines.
+
+Public names are resolved lazily so that importing the engine or the control plane does
+not import Dagster (only the Dagster adapter does).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    # layer 1
+    "ControlPlane": "offset_assets.control_plane.database",
+    "OffsetRepository": "offset_assets.control_plane.offsets",
+    "DeltaCatalog": "offset_assets.control_plane.delta_catalog",
+    # layer 2
+    "VersionedTable": "offset_assets.versioned.table",
+    "commit_deltas": "offset_assets.versioned.commit",
+    # layer 3
+    "Transformation": "offset_assets.engine.transformation",
+    "TransformInput": "offset_assets.engine.transformation",
+    "IncrementalEngine": "offset_assets.engine.runner",
+    "RunResult": "offset_assets.engine.result",
+    # layer 5
+    "OffsetStore": "offset_assets.dagster_adapter.offset_store",
+    "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",
+    "SparkSessionResource": "offset_assets.dagster_adapter.spark_resource",
+    "incremental_asset": "offset_assets.dagster_adapter.assets",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'offset_assets' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,14 @@
+"""The `offset-assets` command line: one module per command group, registered here."""
+
+from __future__ import annotations
+
+import click
+
+from offset_assets.cli.base import main
+
+__all__ = ["main"]
+
+# Command modules register themselves on `main` when imported.
+from offset_assets.cli import offsets as _offsets  # noqa: E402,F401
+
+_ = click

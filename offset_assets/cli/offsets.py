@@ -1,0 +1,1 @@
+"""`offset-assets offsets`, `reset`, `metrics` (issue 2 fills these in)."""
