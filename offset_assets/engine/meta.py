@@ -1,0 +1,57 @@
+"""Per-key transform meta: when each transform key was last processed and whether it worked.
+
+Meta grows with the data, so it lives in the data plane as a versioned table of its own
+(`_meta__<transformation_id>`), committed in the same control-plane transaction as the
+outputs it describes.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DoubleType, StringType, StructField, StructType
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.table import VersionedTable
+
+META_COLUMNS = ("process_ts", "is_success", "error")
+ERROR_TEXT_LIMIT = 4000
+
+
+def meta_schema(transformation: Transformation) -> StructType:
+    key_fields = []
+    for key in transformation.transform_keys:
+        source = transformation.inputs_with_column(key)[0].table.schema
+        key_fields.append(StructField(key, source[key].dataType, nullable=False))
+    return StructType(
+        key_fields
+        + [
+            StructField("process_ts", DoubleType(), nullable=False),
+            StructField("is_success", BooleanType(), nullable=False),
+            StructField("error", StringType(), nullable=True),
+        ]
+    )
+
+
+def meta_table(spark: SparkSession, plane: ControlPlane, transformation: Transformation) -> VersionedTable:
+    warehouse = transformation.outputs[0].warehouse
+    return VersionedTable(
+        spark,
+        plane,
+        transformation.meta_table_name,
+        list(transformation.transform_keys),
+        meta_schema(transformation),
+        warehouse=warehouse,
+    )
+
+
+def meta_rows(keys: DataFrame, process_ts: float, error: str | None) -> DataFrame:
+    """Meta versions for `keys`: success when `error` is None, else failed with its text."""
+    text = None if error is None else error[:ERROR_TEXT_LIMIT]
+    return keys.select(
+        *keys.columns,
+        F.lit(process_ts).cast(DoubleType()).alias("process_ts"),
+        F.lit(error is None).alias("is_success"),
+        F.lit(text).cast(StringType()).alias("error"),
+    )

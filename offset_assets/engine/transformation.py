@@ -1,0 +1,137 @@
+"""What a transformation is: inputs, transform keys, outputs and a function of DataFrames."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pyspark.sql import DataFrame
+
+from offset_assets.engine.errors import TransformationDefinitionError
+from offset_assets.versioned.table import VersionedTable
+
+TransformFunction = Callable[..., "DataFrame | Mapping[str, DataFrame]"]
+CommitMode = Literal["end", "batch"]
+ChangeDetection = Literal["v2", "v1"]
+
+_ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,200}$")
+
+
+@dataclass(frozen=True)
+class TransformInput:
+    """An input table. With `join_keys` ({primary_col: reference_col}) it is a reference
+    table: read only for the join values present (filtered join), and a change in it
+    re-triggers the primary records that point at it (reverse join)."""
+
+    table: VersionedTable
+    join_keys: Mapping[str, str] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    @property
+    def is_reference(self) -> bool:
+        return bool(self.join_keys)
+
+
+@dataclass(frozen=True)
+class Transformation:
+    """An incremental transformation.
+
+    `func` receives one keyword argument per input (the input's table name) holding the
+    actual rows of the keys being processed, and returns one DataFrame (single output) or
+    a mapping output name -> DataFrame. Every output row carries the transform keys, so
+    that a key's previous output can be replaced and, when it yields nothing, deleted.
+    """
+
+    transformation_id: str
+    inputs: Sequence[TransformInput]
+    transform_keys: Sequence[str]
+    outputs: Sequence[VersionedTable]
+    func: TransformFunction
+    batch_size: int | None = None
+    commit_mode: CommitMode = "end"
+    change_detection: ChangeDetection = "v2"
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        tid = self.transformation_id
+        if not _ID_PATTERN.match(tid or ""):
+            raise TransformationDefinitionError(
+                f"transformation id {tid!r} must start with a letter and hold only letters, "
+                "digits, '_', '.', '-'"
+            )
+        if not self.transform_keys:
+            raise TransformationDefinitionError(f"transformation {tid!r} declares no transform keys")
+        if not self.outputs:
+            raise TransformationDefinitionError(f"transformation {tid!r} declares no outputs")
+        if self.commit_mode not in ("end", "batch"):
+            raise TransformationDefinitionError(
+                f"transformation {tid!r}: commit_mode {self.commit_mode!r} is not 'end' or 'batch'"
+            )
+        if self.change_detection not in ("v1", "v2"):
+            raise TransformationDefinitionError(
+                f"transformation {tid!r}: change_detection {self.change_detection!r} is not 'v1' or 'v2'"
+            )
+        if self.batch_size is not None and self.batch_size < 1:
+            raise TransformationDefinitionError(
+                f"transformation {tid!r}: batch_size must be >= 1, got {self.batch_size}"
+            )
+        names = [inp.name for inp in self.inputs]
+        if len(set(names)) != len(names):
+            raise TransformationDefinitionError(f"transformation {tid!r} lists an input twice: {names}")
+        if not self.primary_inputs:
+            raise TransformationDefinitionError(
+                f"transformation {tid!r} needs at least one input without join_keys"
+            )
+        for inp in self.primary_inputs:
+            missing = [k for k in self.transform_keys if k not in inp.table.data_columns]
+            if missing:
+                raise TransformationDefinitionError(
+                    f"transformation {tid!r}: input {inp.name!r} lacks transform key column(s) {missing}"
+                )
+        for inp in self.reference_inputs:
+            for primary_col, reference_col in inp.join_keys.items():
+                if reference_col not in inp.table.data_columns:
+                    raise TransformationDefinitionError(
+                        f"transformation {tid!r}: reference input {inp.name!r} has no column "
+                        f"{reference_col!r} (join_keys {dict(inp.join_keys)})"
+                    )
+                if not self.inputs_with_column(primary_col):
+                    raise TransformationDefinitionError(
+                        f"transformation {tid!r}: no primary input has column {primary_col!r} "
+                        f"to join reference input {inp.name!r} on"
+                    )
+        for out in self.outputs:
+            missing = [k for k in self.transform_keys if k not in out.data_columns]
+            if missing:
+                raise TransformationDefinitionError(
+                    f"transformation {tid!r}: output {out.name!r} lacks transform key column(s) {missing}"
+                )
+            if out.name in names:
+                raise TransformationDefinitionError(
+                    f"transformation {tid!r}: table {out.name!r} is both an input and an output"
+                )
+
+    @property
+    def primary_inputs(self) -> list[TransformInput]:
+        return [inp for inp in self.inputs if not inp.is_reference]
+
+    @property
+    def reference_inputs(self) -> list[TransformInput]:
+        return [inp for inp in self.inputs if inp.is_reference]
+
+    def inputs_with_column(self, column: str) -> list[TransformInput]:
+        return [inp for inp in self.primary_inputs if column in inp.table.data_columns]
+
+    @property
+    def meta_table_name(self) -> str:
+        return meta_table_name(self.transformation_id)
+
+
+def meta_table_name(transformation_id: str) -> str:
+    """The versioned table holding a transformation's per-key meta."""
+    return f"_meta__{transformation_id}"
