@@ -12,11 +12,13 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Double,
+    Index,
     Integer,
     MetaData,
     String,
     Table,
     Text,
+    text,
 )
 
 metadata = MetaData()
@@ -50,7 +52,7 @@ versioned_table = Table(
 )
 
 # The delta catalog. A hot delta is the row with status 'hot'; its number is
-# last committed + 1, so the primary key itself allows one hot delta per table.
+# last committed + 1; the partial unique index allows one hot delta per table.
 table_delta = Table(
     "table_delta",
     metadata,
@@ -64,6 +66,14 @@ table_delta = Table(
     Column("commit_ts", Double, nullable=True),
     Column("rows_upserted", BigInteger, nullable=True),
     Column("rows_deleted", BigInteger, nullable=True),
+    Index("ix_table_delta_commit_ts", "table_name", "commit_ts"),
+    Index(
+        "ux_table_delta_one_hot",
+        "table_name",
+        unique=True,
+        sqlite_where=text("status = 'hot'"),
+        postgresql_where=text("status = 'hot'"),
+    ),
 )
 
 # Compacted actual state of a table as of a committed delta (history stays in the deltas).

@@ -50,6 +50,15 @@ def upgrade() -> None:
         sa.Column("rows_deleted", sa.BigInteger, nullable=True),
     )
     op.create_index("ix_table_delta_commit_ts", "table_delta", ["table_name", "commit_ts"])
+    # At most one hot delta per table, enforced by the database itself (partial unique index).
+    op.create_index(
+        "ux_table_delta_one_hot",
+        "table_delta",
+        ["table_name"],
+        unique=True,
+        sqlite_where=sa.text("status = 'hot'"),
+        postgresql_where=sa.text("status = 'hot'"),
+    )
     op.create_table(
         "table_snapshot",
         sa.Column("table_name", sa.String(255), primary_key=True),
@@ -70,6 +79,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("run_lease")
     op.drop_table("table_snapshot")
+    op.drop_index("ux_table_delta_one_hot", table_name="table_delta")
     op.drop_index("ix_table_delta_commit_ts", table_name="table_delta")
     op.drop_table("table_delta")
     op.drop_table("versioned_table")
