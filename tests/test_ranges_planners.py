@@ -1,0 +1,207 @@
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from offset_assets.ranges.errors import PlanningError, RangeOrderError
+from offset_assets.ranges.planners import (
+    AutoIncrementIdPlanner,
+    DataRange,
+    KafkaOffsetPlanner,
+    PlanInputs,
+    RangeKind,
+    TimeWindowPlanner,
+    UpstreamPlanner,
+    check_order,
+    committed_pointer,
+    kafka_offsets_json,
+    kafka_range_end,
+    plan_upstream_deltas,
+)
+
+DAY = timedelta(minutes=1440)
+
+
+@dataclass
+class Row:
+    data_range_start: str
+    data_range_end: str | None
+    status: str = "SUCCESS"
+    job_start_time: float | None = 0.0
+    job_end_time: float | None = 0.0
+
+
+def spans(ranges):
+    return [(r.start, r.end) for r in ranges]
+
+
+def daily(default_start=datetime(2022, 1, 1)):
+    return TimeWindowPlanner(default_start=default_start, period=DAY)
+
+
+def test_seed_example_a_new_daily_job_catches_up_four_whole_days():
+    ranges = daily().plan([], PlanInputs(now=datetime(2022, 1, 5, 14, 0)))
+    assert spans(ranges) == [
+        ("20220101000000", "20220102000000"),
+        ("20220102000000", "20220103000000"),
+        ("20220103000000", "20220104000000"),
+        ("20220104000000", "20220105000000"),
+    ]
+    assert all(r.kind == RangeKind.TIME_WINDOW and r.previous_status is None for r in ranges)
+
+
+def test_seed_example_a_job_that_ran_until_the_7th_schedules_one_day():
+    history = [Row(f"202201{d:02d}000000", f"202201{d + 1:02d}000000") for d in range(1, 7)]
+    ranges = daily().plan(history, PlanInputs(now=datetime(2022, 1, 8, 14, 0)))
+    assert spans(ranges) == [("20220107000000", "20220108000000")]
+
+
+def test_time_window_accepts_an_aware_now_and_needs_a_whole_period():
+    now = datetime(2022, 1, 1, 23, 59, tzinfo=UTC)
+    assert daily().plan([], PlanInputs(now=now)) == []
+    with pytest.raises(PlanningError, match="current time"):
+        daily().plan([], PlanInputs())
+    with pytest.raises(PlanningError, match="positive"):
+        TimeWindowPlanner(default_start=datetime(2022, 1, 1), period=timedelta(0))
+
+
+def test_a_failed_window_is_retried_first_and_later_windows_follow_it():
+    history = [
+        Row("20220101000000", "20220102000000"),
+        Row("20220102000000", "20220103000000", status="FAILURE"),
+    ]
+    ranges = daily().plan(history, PlanInputs(now=datetime(2022, 1, 4, 1, 0)))
+    assert spans(ranges) == [
+        ("20220102000000", "20220103000000"),
+        ("20220103000000", "20220104000000"),
+    ]
+    assert [r.previous_status for r in ranges] == ["FAILURE", None]
+    assert ranges[0].is_retry
+    waits = "waits for earlier range '20220102000000' \\(FAILURE\\)"
+    with pytest.raises(RangeOrderError, match=waits):
+        check_order(ranges[1], ranges, "orders")
+    check_order(ranges[0], ranges, "orders")
+
+
+def test_refreshing_a_later_range_does_not_move_the_pointer_past_the_gap():
+    history = [
+        Row("20220101000000", "20220102000000"),
+        Row("20220104000000", "20220105000000"),  # explicit refresh, ahead of the pointer
+    ]
+    planner = daily()
+    assert planner.pointer(history) == "20220102000000"
+    ranges = planner.plan(history, PlanInputs(now=datetime(2022, 1, 6)))
+    assert spans(ranges) == [
+        ("20220102000000", "20220103000000"),
+        ("20220103000000", "20220104000000"),
+        ("20220105000000", "20220106000000"),
+    ]
+    # Once the gap is filled the chain walks through the refreshed range.
+    filled = history + [
+        Row("20220102000000", "20220103000000"),
+        Row("20220103000000", "20220104000000"),
+    ]
+    assert planner.pointer(filled) == "20220105000000"
+
+
+def test_refresh_runs_any_range_but_a_plain_run_must_be_the_next_one():
+    pending = daily().plan([], PlanInputs(now=datetime(2022, 1, 3)))
+    old = DataRange(RangeKind.TIME_WINDOW, "20211201000000", "20211202000000")
+    with pytest.raises(RangeOrderError, match="run it as a refresh"):
+        check_order(old, pending, "orders")
+    check_order(DataRange(old.kind, old.start, old.end, refresh=True), pending, "orders")
+    with pytest.raises(RangeOrderError, match="nothing is pending"):
+        check_order(old, [], "orders")
+
+
+def test_a_raised_default_start_skips_history_before_it():
+    history = [Row("20220101000000", "20220102000000")]
+    planner = daily(default_start=datetime(2022, 3, 1))
+    assert planner.pointer(history) == "20220301000000"
+
+
+def test_auto_increment_id_reads_from_the_last_end_to_the_source_max_id():
+    planner = AutoIncrementIdPlanner()
+    assert spans(planner.plan([], PlanInputs(source_max_id=120))) == [("0", "120")]
+    history = [Row("0", "120"), Row("120", "1000")]
+    assert spans(planner.plan(history, PlanInputs(source_max_id=1500))) == [("1000", "1500")]
+    assert planner.plan(history, PlanInputs(source_max_id=1000)) == []
+    assert planner.plan(history, PlanInputs(source_max_id=None)) == []
+    # Ids order numerically, not as strings ("1000" < "120" as text).
+    assert planner.pointer(history) == "1000"
+
+
+def test_a_failed_id_range_is_retried_with_the_new_max_id():
+    history = [Row("0", "100"), Row("100", "180", status="FAILURE")]
+    (retry,) = AutoIncrementIdPlanner().plan(history, PlanInputs(source_max_id=250))
+    assert (retry.start, retry.end, retry.previous_status) == ("100", "250", "FAILURE")
+
+
+def test_auto_increment_id_honours_its_default_start():
+    planner = AutoIncrementIdPlanner(default_start=500)
+    assert spans(planner.plan([], PlanInputs(source_max_id=800))) == [("500", "800")]
+
+
+def test_kafka_starts_at_earliest_then_at_the_committed_end():
+    planner = KafkaOffsetPlanner()
+    (first,) = planner.plan([], PlanInputs())
+    assert (first.start, first.end) == ("{}", None)
+    end = kafka_offsets_json({"orders": {"0": 120, "1": 98}})
+    (second,) = planner.plan([Row("{}", end)], PlanInputs())
+    assert second.start == '{"orders":{"0":120,"1":98}}'
+
+
+def test_kafka_with_no_new_message_plans_nothing():
+    end = kafka_offsets_json({"orders": {"0": 120}})
+    latest = {"orders": {"0": 120}}
+    assert KafkaOffsetPlanner().plan([Row("{}", end)], PlanInputs(latest_offsets=latest)) == []
+    latest = {"orders": {"0": 120, "1": 3}}  # a partition never read starts at earliest
+    assert len(KafkaOffsetPlanner().plan([Row("{}", end)], PlanInputs(latest_offsets=latest))) == 1
+
+
+def test_kafka_end_is_consumed_plus_one_and_keeps_idle_partitions():
+    start = {"orders": {"0": 120, "1": 98}, "refunds": {"0": 7}}
+    consumed = {"orders": {"0": 130}, "payments": {"2": 0}}
+    assert kafka_range_end(start, consumed) == (
+        '{"orders":{"0":131,"1":98},"payments":{"2":1},"refunds":{"0":7}}'
+    )
+
+
+def test_kafka_offsets_json_is_canonical_so_equal_offsets_claim_the_same_range():
+    a = kafka_offsets_json({"b": {10: 1, 2: 5}, "a": {"0": 3}})
+    b = kafka_offsets_json({"a": {0: 3}, "b": {"2": 5, "10": 1}})
+    assert a == b == '{"a":{"0":3},"b":{"2":5,"10":1}}'
+    with pytest.raises(PlanningError, match="not JSON"):
+        KafkaOffsetPlanner(default_start="latest").pointer([])
+
+
+def test_upstream_plans_one_range_per_successful_upstream_range_not_consumed():
+    upstream = [
+        Row("20220101000000", "20220102000000", job_end_time=10.0),
+        Row("20220102000000", "20220103000000", job_end_time=20.0),
+        Row("20220103000000", "20220104000000", status="RUNNING", job_end_time=None),
+    ]
+    mine = [Row("20220101000000", "20220102000000", job_start_time=11.0)]
+    ranges = UpstreamPlanner("ods_orders").plan(mine, PlanInputs(upstream_history=upstream))
+    assert spans(ranges) == [("20220102000000", "20220103000000")]
+    assert ranges[0].kind == RangeKind.UPSTREAM and not ranges[0].refresh
+
+
+def test_upstream_refresh_is_followed_downstream():
+    upstream = [Row("20220101000000", "20220102000000", job_end_time=50.0)]  # re-ingested at 50
+    mine = [Row("20220101000000", "20220102000000", job_start_time=11.0)]
+    (again,) = UpstreamPlanner("ods").plan(mine, PlanInputs(upstream_history=upstream))
+    assert again.refresh and again.previous_status == "SUCCESS"
+    with pytest.raises(PlanningError, match="'ods'"):
+        UpstreamPlanner("ods").plan(mine, PlanInputs())
+
+
+def test_upstream_deltas_plan_one_range_per_unconsumed_delta():
+    history = [Row("0", "1"), Row("1", "2", status="FAILURE")]
+    assert spans(plan_upstream_deltas(history, [3, 1, 2])) == [("1", "2"), ("2", "3")]
+
+
+def test_pointer_chain_by_equality_ignores_cycles_and_empty_ranges():
+    history = [Row("{}", "{}"), Row("a", "b"), Row("b", "a")]
+    assert committed_pointer(history, "{}") == "{}"
+    assert committed_pointer(history, "a") == "b"
