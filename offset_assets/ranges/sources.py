@@ -1,0 +1,278 @@
+"""Where an ingestion range's rows come from: a SQL table, or files landing in a folder.
+
+A source turns one `DataRange` into a Spark DataFrame plus the range end actually
+reached (written back to job_log). Bounds follow the planners: time windows are
+[start, end), id ranges (start, end]. Kafka lives in `kafka.py` (optional extra).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
+
+from offset_assets.control_plane.database import mask_url
+from offset_assets.ranges.errors import SourceError
+from offset_assets.ranges.planners import DataRange, parse_time
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """The rows of one range and the end reached (None: the range's own end)."""
+
+    df: DataFrame
+    end: str | None
+    row_count: int | None = None  # known without a Spark job when the source counted it
+
+
+class RangeSource(Protocol):
+    source_type: str
+
+    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch: ...
+
+
+# -- SQL table -----------------------------------------------------------------------
+
+_engines: dict[str, sa.Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _source_engine(url: str) -> sa.Engine:
+    with _engines_lock:
+        engine = _engines.get(url)
+        if engine is None:
+            try:
+                parsed = sa.engine.make_url(url)
+                if parsed.drivername in ("postgresql", "postgres"):
+                    parsed = parsed.set(drivername="postgresql+psycopg2")
+                engine = sa.create_engine(parsed, pool_pre_ping=True)
+            except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
+                raise SourceError(f"bad source URL {mask_url(url)!r}: {exc}") from None
+            _engines[url] = engine
+        return engine
+
+
+def spark_type_for(sql_type: sa.types.TypeEngine) -> T.DataType:
+    """The Spark type a reflected SQL column is read as."""
+    if isinstance(sql_type, sa.Boolean):
+        return T.BooleanType()
+    if isinstance(sql_type, sa.Integer):
+        return T.LongType()
+    if isinstance(sql_type, sa.Float | sa.Double):
+        return T.DoubleType()
+    if isinstance(sql_type, sa.Numeric):
+        precision = min(sql_type.precision or 38, 38)
+        return T.DecimalType(precision, sql_type.scale if sql_type.scale is not None else 10)
+    if isinstance(sql_type, sa.DateTime):
+        return T.TimestampType()
+    if isinstance(sql_type, sa.Date):
+        return T.DateType()
+    if isinstance(sql_type, sa.LargeBinary):
+        return T.BinaryType()
+    return T.StringType()
+
+
+def _to_spark_value(value: Any, spark_type: T.DataType) -> Any:
+    if value is None:
+        return None
+    if isinstance(spark_type, T.TimestampType) and isinstance(value, datetime):
+        # Naive database timestamps are UTC; PySpark would read a naive one as local time.
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(spark_type, T.DoubleType):
+        return float(value)
+    if isinstance(spark_type, T.LongType):
+        return int(value)
+    if isinstance(spark_type, T.DecimalType) and not isinstance(value, Decimal):
+        return Decimal(str(value))
+    return value
+
+
+@dataclass(frozen=True)
+class SqlTableSource:
+    """A table read through SQLAlchemy (SQLite, PostgreSQL, ...), by time column or id.
+
+    Exactly one of `time_column` (a DATETIME/DATE column, or epoch seconds as a number)
+    and `id_column` (an auto-increment integer) selects the range's rows. Rows are
+    streamed from the database in `fetch_size` batches into the driver and handed to
+    Spark: meant for ranges that fit the driver, which is what log-driven ranges are for.
+    """
+
+    url: str
+    table: str
+    time_column: str | None = None
+    id_column: str | None = None
+    columns: Sequence[str] | None = None
+    db_schema: str | None = None
+    fetch_size: int = 10_000
+    source_type: str = field(default="sql", init=False)
+
+    def __post_init__(self) -> None:
+        if (self.time_column is None) == (self.id_column is None):
+            raise SourceError(
+                f"SQL source {self.table!r}: give exactly one of time_column and id_column"
+            )
+
+    @property
+    def _where(self) -> str:
+        return f"SQL source {self.table!r} at {mask_url(self.url)}"
+
+    def _reflect(self) -> sa.Table:
+        try:
+            return sa.Table(self.table, sa.MetaData(), schema=self.db_schema,
+                            autoload_with=_source_engine(self.url))
+        except NoSuchTableError:
+            raise SourceError(f"{self._where}: no such table") from None
+        except SQLAlchemyError as exc:
+            raise SourceError(f"{self._where}: {str(exc).splitlines()[0]}") from None
+
+    def _column(self, table: sa.Table, name: str) -> sa.Column:
+        if name not in table.c:
+            raise SourceError(
+                f"{self._where}: no column {name!r} (has {', '.join(table.c.keys())})"
+            )
+        return table.c[name]
+
+    def max_id(self) -> int | None:
+        """The largest id in the table now (None when empty): the end of the next id range."""
+        if self.id_column is None:
+            raise SourceError(f"{self._where}: max_id needs an id_column")
+        table = self._reflect()
+        column = self._column(table, self.id_column)
+        try:
+            with _source_engine(self.url).connect() as conn:
+                value = conn.execute(sa.select(sa.func.max(column))).scalar()
+        except SQLAlchemyError as exc:
+            raise SourceError(f"{self._where}: {str(exc).splitlines()[0]}") from None
+        return None if value is None else int(value)
+
+    def _time_bound(self, column: sa.Column, text: str) -> Any:
+        moment = parse_time(text)
+        if isinstance(column.type, sa.DateTime | sa.Date):
+            return moment
+        if isinstance(column.type, sa.Float | sa.Numeric | sa.Integer):
+            return moment.replace(tzinfo=UTC).timestamp()
+        raise SourceError(
+            f"{self._where}: time column {column.name!r} is {column.type}, "
+            "expected a DATETIME/DATE or epoch seconds"
+        )
+
+    def _range_filter(self, table: sa.Table, data_range: DataRange) -> tuple[Any, str | None]:
+        if self.time_column is not None:
+            column = self._column(table, self.time_column)
+            if data_range.end is None:
+                raise SourceError(f"{self._where}: time range {data_range.start!r} has no end")
+            condition = sa.and_(column >= self._time_bound(column, data_range.start),
+                                column < self._time_bound(column, data_range.end))
+            return condition, data_range.end
+        column = self._column(table, self.id_column or "")
+        try:
+            start_id = int(data_range.start)
+            end_id = int(data_range.end) if data_range.end is not None else None
+        except ValueError:
+            raise SourceError(
+                f"{self._where}: id range ({data_range.start}, {data_range.end}] is not integer"
+            ) from None
+        if end_id is None:  # the max id read at run time, written back as the range end
+            end_id = max(self.max_id() or start_id, start_id)
+        return sa.and_(column > start_id, column <= end_id), str(end_id)
+
+    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
+        table = self._reflect()
+        names = self.columns or list(table.c.keys())
+        selected = [self._column(table, name) for name in names]
+        condition, end = self._range_filter(table, data_range)
+        schema = T.StructType([T.StructField(c.name, spark_type_for(c.type)) for c in selected])
+        query = sa.select(*selected).where(condition)
+        if self.id_column is not None:
+            query = query.order_by(self._column(table, self.id_column))
+        rows: list[tuple] = []
+        try:
+            with _source_engine(self.url).connect() as conn:
+                result = conn.execution_options(stream_results=True, yield_per=self.fetch_size)
+                for row in result.execute(query):
+                    rows.append(tuple(_to_spark_value(v, f.dataType)
+                                      for v, f in zip(row, schema.fields, strict=True)))
+        except SQLAlchemyError as exc:
+            raise SourceError(f"{self._where}: {str(exc).splitlines()[0]}") from None
+        return SourceBatch(spark.createDataFrame(rows, schema), end, len(rows))
+
+
+# -- files landing in a folder -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FolderSource:
+    """Files landing in time-partitioned folders, `{root}/{partition_column}={value}/`.
+
+    A time range [start, end) reads every partition folder whose partition instant lies
+    in [floor(start), end), where floor is the partition granularity; `time_column`
+    additionally keeps only rows inside the range (for ranges finer than a folder).
+    Folders are located through the Hadoop file system of `root`, so any URI Spark can
+    read works; a folder that has not landed yet simply contributes no rows.
+    """
+
+    root: str
+    format: str = "parquet"
+    partition_column: str = "dt"
+    partition_format: str = "%Y-%m-%d"
+    partition_step: timedelta = timedelta(days=1)
+    schema: T.StructType | None = None  # needed for csv/json; parquet files carry their own
+    options: Mapping[str, str] = field(default_factory=dict)
+    time_column: str | None = None
+    source_type: str = field(default="files", init=False)
+
+    def partition_paths(self, data_range: DataRange) -> list[str]:
+        """Candidate folders of the range, in time order (whether they exist or not)."""
+        if data_range.end is None:
+            raise SourceError(f"folder source {self.root!r}: range {data_range.start!r} has no end")
+        start, end = parse_time(data_range.start), parse_time(data_range.end)
+        moment = datetime.strptime(start.strftime(self.partition_format), self.partition_format)
+        paths: list[str] = []
+        while moment < end:
+            value = moment.strftime(self.partition_format)
+            path = f"{self.root.rstrip('/')}/{self.partition_column}={value}"
+            if path not in paths:
+                paths.append(path)
+            moment += self.partition_step
+        return paths
+
+    def _existing(self, spark: SparkSession, paths: list[str]) -> list[str]:
+        jvm = spark.sparkContext._jvm  # Hadoop FS: the same resolution Spark uses to read
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        found = []
+        for path in paths:
+            hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+            if hadoop_path.getFileSystem(conf).exists(hadoop_path):
+                found.append(path)
+        return found
+
+    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
+        paths = self._existing(spark, self.partition_paths(data_range))
+        if not paths:
+            if self.schema is None:
+                return SourceBatch(spark.createDataFrame([], T.StructType([])), data_range.end, 0)
+            return SourceBatch(spark.createDataFrame([], self.schema), data_range.end, 0)
+        reader = spark.read.format(self.format).options(basePath=self.root, **self.options)
+        if self.schema is not None:
+            reader = reader.schema(self.schema)
+        try:
+            df = reader.load(paths)
+        except Exception as exc:  # Spark analysis errors: name the folder instead of a JVM trace
+            raise SourceError(
+                f"folder source {self.root!r}: cannot read {paths}: {str(exc).splitlines()[0]}"
+            ) from None
+        if self.time_column is not None:
+            start = parse_time(data_range.start).replace(tzinfo=UTC)
+            end = parse_time(data_range.end or data_range.start).replace(tzinfo=UTC)
+            column = F.col(self.time_column)
+            df = df.where((column >= F.lit(start)) & (column < F.lit(end)))
+        return SourceBatch(df, data_range.end)
