@@ -205,3 +205,13 @@ def test_pointer_chain_by_equality_ignores_cycles_and_empty_ranges():
     history = [Row("{}", "{}"), Row("a", "b"), Row("b", "a")]
     assert committed_pointer(history, "{}") == "{}"
     assert committed_pointer(history, "a") == "b"
+
+
+def test_an_empty_successful_range_is_planned_again_once_data_arrives():
+    history = [Row("0", "100"), Row("100", "100")]  # the second run found nothing new
+    (again,) = AutoIncrementIdPlanner().plan(history, PlanInputs(source_max_id=130))
+    assert (again.start, again.end, again.refresh) == ("100", "130", True)
+    kafka_end = kafka_offsets_json({"t": {"0": 4}})
+    (kafka,) = KafkaOffsetPlanner().plan([Row("{}", kafka_end), Row(kafka_end, kafka_end)],
+                                         PlanInputs(latest_offsets={"t": {"0": 9}}))
+    assert kafka.start == kafka_end and kafka.refresh

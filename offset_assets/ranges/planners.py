@@ -115,7 +115,10 @@ def _pending(candidates: Iterable[DataRange], history: Iterable[LoggedRange]) ->
     for candidate in candidates:
         row = by_start.get(candidate.start)
         if row is not None and row.status == SUCCESS:
-            continue  # refreshed ahead of the pointer: already ingested
+            if row.data_range_end != row.data_range_start:
+                continue  # refreshed ahead of the pointer: already ingested
+            # An empty range (nothing was there yet) does not hold the range: run it again.
+            candidate = replace(candidate, refresh=True)
         pending.append(replace(candidate, previous_status=row.status if row is not None else None))
     return pending
 
