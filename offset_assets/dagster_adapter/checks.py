@@ -1,0 +1,180 @@
+"""Asset checks of incremental assets: offset age and backlog, from the control plane only.
+
+Two checks per incremental asset, both plain SQL on the control plane (no Spark), so
+they are cheap enough to run after every materialization and on a schedule of their
+own (`schedules.build_offset_checks_schedule`):
+
+- `offset_age`: per input, seconds since its offset last *advanced*
+  (`OffsetStore.get_statistics`). WARN from `warn_after_s` (1 h), ERROR from
+  `error_after_s` (24 h). An old offset means the transformation stopped running or its
+  input stopped changing; the backlog check tells which.
+- `offset_backlog`: per input, the committed deltas (and the versions they hold) beyond
+  the offset, from the delta catalog: work the transformation has not done yet. WARN
+  above `max_backlog_versions` (0), ERROR above `error_backlog_versions` when given.
+
+An input without an offset is fine while it has no committed data, and counts as
+all-backlog (and a WARN in `offset_age`) once it has.
+"""
+
+# No `from __future__ import annotations`: Dagster inspects the decorated functions'
+# annotations (the context type) at definition time, so they must not be strings.
+
+import time
+from collections.abc import Iterable
+
+import dagster as dg
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.dagster_adapter.metadata import IncrementalAsset, resolve_incremental
+
+DEFAULT_WARN_AFTER_S = 3600.0
+DEFAULT_ERROR_AFTER_S = 86400.0
+
+OFFSET_AGE_CHECK = "offset_age"
+BACKLOG_CHECK = "offset_backlog"
+
+
+def build_offset_checks(
+    assets: dg.AssetsDefinition | Iterable[dg.AssetsDefinition],
+    *,
+    warn_after_s: float = DEFAULT_WARN_AFTER_S,
+    error_after_s: float = DEFAULT_ERROR_AFTER_S,
+    max_backlog_versions: int = 0,
+    error_backlog_versions: int | None = None,
+    offset_store_key: str = "offset_store",
+) -> list[dg.AssetChecksDefinition]:
+    """The `offset_age` and `offset_backlog` checks of every incremental asset given
+    (assets without an incremental spec are skipped). They need the `OffsetStore`
+    resource under `offset_store_key`."""
+    if not 0 <= warn_after_s <= error_after_s:
+        raise ValueError(
+            f"need 0 <= warn_after_s <= error_after_s, got {warn_after_s} and {error_after_s}"
+        )
+    if isinstance(assets, dg.AssetsDefinition):
+        assets = [assets]
+    checks: list[dg.AssetChecksDefinition] = []
+    for assets_def in assets:
+        for key in assets_def.keys:
+            asset = resolve_incremental(assets_def, key)
+            if asset is None:
+                continue
+            checks.append(
+                _age_check(asset, warn_after_s, error_after_s, offset_store_key)
+            )
+            checks.append(
+                _backlog_check(asset, max_backlog_versions, error_backlog_versions,
+                               offset_store_key)
+            )
+    return checks
+
+
+def _age_check(asset: IncrementalAsset, warn_after_s: float, error_after_s: float,
+               offset_store_key: str) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=asset.asset_key,
+        name=OFFSET_AGE_CHECK,
+        description=(
+            f"Seconds since each input's offset last advanced: WARN from {warn_after_s:g} s, "
+            f"ERROR from {error_after_s:g} s (control plane only)."
+        ),
+        required_resource_keys={offset_store_key},
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        plane = getattr(context.resources, offset_store_key).control_plane()
+        return offset_age_result(plane, asset, warn_after_s, error_after_s)
+
+    return _check
+
+
+def _backlog_check(asset: IncrementalAsset, max_versions: int, error_versions: int | None,
+                   offset_store_key: str) -> dg.AssetChecksDefinition:
+    limit = f", ERROR above {error_versions}" if error_versions is not None else ""
+    @dg.asset_check(
+        asset=asset.asset_key,
+        name=BACKLOG_CHECK,
+        description=(
+            f"Committed input versions beyond the offsets: WARN above {max_versions}{limit} "
+            "(control plane only)."
+        ),
+        required_resource_keys={offset_store_key},
+    )
+    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        plane = getattr(context.resources, offset_store_key).control_plane()
+        return backlog_result(plane, asset, max_versions, error_versions)
+
+    return _check
+
+
+def offset_age_result(plane: ControlPlane, asset: IncrementalAsset, warn_after_s: float,
+                      error_after_s: float, now: float | None = None) -> dg.AssetCheckResult:
+    """The `offset_age` verdict: the worst input decides."""
+    now = time.time() if now is None else now
+    stats = {
+        row["input_table_name"]: row
+        for row in OffsetRepository(plane).get_statistics(
+            now, transformation_id=asset.transformation_id
+        )
+    }
+    catalog = DeltaCatalog(plane)
+    metadata: dict[str, dg.MetadataValue] = {
+        "warn_after_s": dg.MetadataValue.float(warn_after_s),
+        "error_after_s": dg.MetadataValue.float(error_after_s),
+    }
+    severity: dg.AssetCheckSeverity | None = None
+    problems: list[str] = []
+    for name in asset.input_tables:
+        row = stats.get(name)
+        if row is None:
+            if catalog.last_committed(name) is not None:
+                severity = severity or dg.AssetCheckSeverity.WARN
+                problems.append(f"{name}: has committed data but no offset yet")
+            metadata[f"offset_age_s.{name}"] = dg.MetadataValue.null()
+            continue
+        age = row["offset_age_seconds"]
+        metadata[f"offset_age_s.{name}"] = dg.MetadataValue.float(round(age, 1))
+        metadata[f"offset.{name}"] = dg.MetadataValue.timestamp(row["update_ts_offset"])
+        if age >= error_after_s:
+            severity = dg.AssetCheckSeverity.ERROR
+            problems.append(f"{name}: offset {age:.0f} s old (error from {error_after_s:g} s)")
+        elif age >= warn_after_s:
+            severity = severity or dg.AssetCheckSeverity.WARN
+            problems.append(f"{name}: offset {age:.0f} s old (warn from {warn_after_s:g} s)")
+    return _verdict(severity, problems, metadata, "every input's offset is fresh")
+
+
+def backlog_result(plane: ControlPlane, asset: IncrementalAsset, max_versions: int,
+                   error_versions: int | None) -> dg.AssetCheckResult:
+    """The `offset_backlog` verdict: committed versions not yet covered by the offsets."""
+    offsets = OffsetRepository(plane).get_offsets_for_transformation(asset.transformation_id)
+    catalog = DeltaCatalog(plane)
+    metadata: dict[str, dg.MetadataValue] = {}
+    total = 0
+    for name in asset.input_tables:
+        offset = offsets.get(name)
+        beyond = [
+            d for d in catalog.committed(name, since_ts=offset)
+            if not d.is_empty and (offset is None or d.commit_ts > offset)
+        ]
+        versions = sum((d.rows_upserted or 0) + (d.rows_deleted or 0) for d in beyond)
+        total += versions
+        metadata[f"backlog_deltas.{name}"] = dg.MetadataValue.int(len(beyond))
+        metadata[f"backlog_versions.{name}"] = dg.MetadataValue.int(versions)
+    metadata["backlog_versions"] = dg.MetadataValue.int(total)
+    severity = None
+    if error_versions is not None and total > error_versions:
+        severity = dg.AssetCheckSeverity.ERROR
+    elif total > max_versions:
+        severity = dg.AssetCheckSeverity.WARN
+    problems = [f"{total} committed input version(s) beyond the offsets"] if severity else []
+    return _verdict(severity, problems, metadata, "no input versions beyond the offsets")
+
+
+def _verdict(severity: dg.AssetCheckSeverity | None, problems: list[str],
+             metadata: dict[str, dg.MetadataValue], ok: str) -> dg.AssetCheckResult:
+    if severity is None:
+        return dg.AssetCheckResult(passed=True, metadata=metadata, description=ok)
+    return dg.AssetCheckResult(
+        passed=False, severity=severity, metadata=metadata, description="; ".join(problems)
+    )
