@@ -1,0 +1,7 @@
+"""Layer 2: versioned tables on Spark (seed 003): hot, actual and archive records kept
+as numbered, immutable deltas of Parquet files, made visible by the delta catalog."""
+
+from offset_assets.versioned.commit import commit_deltas
+from offset_assets.versioned.table import HotDelta, VersionedTable, WriteStats
+
+__all__ = ["HotDelta", "VersionedTable", "WriteStats", "commit_deltas"]

@@ -1,0 +1,86 @@
+"""Table maintenance: compaction (a snapshot of the actual state) and cleanup of files
+no catalog row references.
+
+Compaction never rewrites or removes a delta: it adds a snapshot of the actual state at
+the last committed delta c, sorted by primary key, and records it in the catalog. Reads
+at n >= c then read snapshot c plus the deltas after it instead of every delta, while
+history reads and as-of reads before c still read the deltas and stay exact. Snapshot
+rows keep their sys_from, so update_ts is unchanged.
+
+Cleanup removes the folders of rolled-back deltas, failed compactions and writes of
+crashed processes whose hot delta was rolled back. A folder is only removed when it is
+older than `min_age_seconds`: a compaction writes its snapshot before recording it, and
+must not lose it to a concurrent cleanup.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+from offset_assets.versioned.layout import (
+    DELTAS_DIR,
+    SNAPSHOTS_DIR,
+    SYS_FROM,
+    SYS_OP,
+    new_snapshot_path,
+)
+
+if TYPE_CHECKING:
+    from offset_assets.versioned.table import VersionedTable
+
+SNAPSHOT_ROWS_PER_FILE = 500_000
+DEFAULT_CLEANUP_AGE_S = 3600.0
+
+
+def compact(table: VersionedTable) -> int:
+    """Write the snapshot of the last committed delta (if not there yet); returns its
+    number (0: nothing committed, nothing to compact)."""
+    catalog = table.catalog
+    last = catalog.last_committed(table.name)
+    if last is None:
+        return 0
+    previous = catalog.snapshot_at(table.name, last.delta_num)
+    if previous is not None and previous.delta_num == last.delta_num:
+        return last.delta_num
+    estimate = (previous.row_count if previous else 0) + sum(
+        (d.rows_upserted or 0)
+        for d in catalog.committed(table.name, up_to_delta=last.delta_num)
+        if previous is None or d.delta_num > previous.delta_num
+    )
+    files = max(1, math.ceil(estimate / SNAPSHOT_ROWS_PER_FILE))
+    state = table.read_actual(as_of_delta=last.delta_num).select(
+        *[F.col(f"`{c}`") for c in table.data_columns], SYS_OP, SYS_FROM
+    )
+    path = new_snapshot_path(table.root, last.delta_num)
+    try:
+        (
+            state.repartitionByRange(files, *table.primary_key)
+            .sortWithinPartitions(*table.primary_key)
+            .write.mode("errorifexists")
+            .parquet(path)
+        )
+        rows = table.reader.scan([path]).count()
+        catalog.add_snapshot(table.name, last.delta_num, path, rows)
+    except BaseException:
+        table.files.delete(path)
+        raise
+    return last.delta_num
+
+
+def remove_unreferenced(table: VersionedTable, min_age_seconds: float) -> list[str]:
+    """Delete delta and snapshot folders of `table` that no catalog row references."""
+    referenced = {
+        path.rstrip("/").rsplit("/", 1)[-1] for path in table.catalog.data_paths(table.name)
+    }
+    cutoff = time.time() - min_age_seconds
+    removed = []
+    for kind in (DELTAS_DIR, SNAPSHOTS_DIR):
+        for folder in table.files.list_folders(f"{table.root}/{kind}"):
+            if folder.name not in referenced and folder.modified_at <= cutoff:
+                table.files.delete(folder.path)
+                removed.append(folder.path)
+    return removed

@@ -1,0 +1,172 @@
+"""Building the read DataFrames of a versioned table from the files the catalog names.
+
+Every read returns the data columns plus `sys_from`, `sys_to`, `sys_op`, `update_ts`.
+Files store `sys_from` and `sys_op`; the rest is derived here:
+- `update_ts` is the commit_ts of delta `sys_from`, joined from a small broadcast table
+  built from the catalog (one join for any number of deltas, no per-delta union);
+- `sys_to` is the next version's `sys_from - 1`, among the versions the read covers:
+  a read presents history as it stood at its upper delta, so a result never changes
+  when later deltas are committed (the engine's run snapshots rely on that).
+
+The actual state at delta n is the latest version of each key among the snapshot below
+n (if any) and the deltas after it, without tombstones. Filters on primary-key columns
+apply to every file before the latest version is chosen (all versions of a key share
+them); filters on other columns apply to the snapshot before (it holds one version per
+key) and to the deltas after, so a filtered read of a compacted table prunes the large
+snapshot scan with Parquet filters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructType
+
+from offset_assets.control_plane.delta_catalog import DeltaInfo, SnapshotInfo
+from offset_assets.versioned.errors import VersionedTableError
+from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS
+from offset_assets.versioned.table_schema import file_schema
+
+
+@dataclass(frozen=True)
+class ActualFilter:
+    """Row filters of an actual read: `where_in` (column -> values) and `keys` (semi-join)."""
+
+    where_in: Mapping[str, Sequence] | None = None
+    keys: DataFrame | None = None
+
+
+class TableReader:
+    """Read plans over the committed files of one table."""
+
+    def __init__(
+        self, spark: SparkSession, name: str, schema: StructType, primary_key: Sequence[str]
+    ):
+        self.spark = spark
+        self.name = name
+        self.schema = schema
+        self.primary_key = list(primary_key)
+        self.file_schema = file_schema(schema)
+
+    # -- building blocks ---------------------------------------------------------------
+
+    def scan(self, paths: Sequence[str]) -> DataFrame:
+        """The versions stored under `paths` (data columns, sys_op, sys_from)."""
+        if not paths:
+            return self.spark.createDataFrame([], self.file_schema)
+        # Recursive lookup: a delta folder holds one sub-folder per write; it also turns
+        # off partition discovery, so folder names never become columns.
+        return (
+            self.spark.read.schema(self.file_schema)
+            .option("recursiveFileLookup", "true")
+            .parquet(*paths)
+        )
+
+    def commit_times(self, deltas: Sequence[DeltaInfo]) -> DataFrame:
+        """(sys_from, update_ts) of `deltas`: a local relation, broadcast in joins."""
+        if not deltas:
+            return self.spark.createDataFrame([], f"{SYS_FROM} long, {UPDATE_TS} double")
+        # repr() of a float round-trips exactly; the D suffix parses it as a double.
+        values = ", ".join(f"({d.delta_num}L, {d.commit_ts!r}D)" for d in deltas)
+        return self.spark.sql(f"SELECT * FROM VALUES {values} AS t({SYS_FROM}, {UPDATE_TS})")
+
+    def finish(self, versions: DataFrame, deltas: Sequence[DeltaInfo], sys_to: Column) -> DataFrame:
+        """Add update_ts (broadcast join) and sys_to; columns in the documented order."""
+        joined = versions.join(F.broadcast(self.commit_times(deltas)), on=SYS_FROM, how="left")
+        return joined.select(
+            *[F.col(f"`{c}`") for c in self.schema.fieldNames()],
+            F.col(SYS_FROM),
+            sys_to.cast(LongType()).alias(SYS_TO),
+            F.col(SYS_OP),
+            F.col(UPDATE_TS),
+        )
+
+    # -- reads -------------------------------------------------------------------------
+
+    def actual(
+        self,
+        snapshot: SnapshotInfo | None,
+        deltas_after: Sequence[DeltaInfo],
+        all_deltas: Sequence[DeltaInfo],
+        row_filter: ActualFilter,
+    ) -> DataFrame:
+        """Actual state from `snapshot` (or nothing) and the non-empty `deltas_after` it."""
+        key_filters, value_filters = self._split_filters(row_filter)
+        base = None
+        if snapshot is not None:
+            base = _apply(self.scan([snapshot.data_path]), key_filters + value_filters)
+        live = None
+        if deltas_after:
+            versions = _apply(self.scan([d.data_path for d in deltas_after]), key_filters)
+            latest = versions if len(deltas_after) == 1 else self._latest(versions)
+            if base is not None:
+                base = base.join(
+                    latest.select(*self.primary_key), on=self.primary_key, how="left_anti"
+                )
+            live = _apply(latest.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
+        parts = [p for p in (base, live) if p is not None]
+        state = reduce(DataFrame.unionByName, parts) if parts else self.scan([])
+        return self.finish(state, all_deltas, F.lit(None))
+
+    def history(self, deltas: Sequence[DeltaInfo], sys_op: int | None = None) -> DataFrame:
+        """All versions written by `deltas`, sys_to within them; optionally one sys_op only."""
+        readable = [d for d in deltas if not d.is_empty]
+        versions = self.scan([d.data_path for d in readable])
+        following = F.lead(SYS_FROM).over(Window.partitionBy(*self.primary_key).orderBy(SYS_FROM))
+        result = self.finish(versions, readable, following - 1)
+        if sys_op is not None:
+            result = result.where(F.col(SYS_OP) == sys_op)
+        return result
+
+    def started_in(self, deltas: Sequence[DeltaInfo]) -> DataFrame:
+        return self.history(deltas, OP_UPSERT)
+
+    def finished_in(self, deltas: Sequence[DeltaInfo]) -> DataFrame:
+        return self.history(deltas, OP_DELETE)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _latest(self, versions: DataFrame) -> DataFrame:
+        order = Window.partitionBy(*self.primary_key).orderBy(F.col(SYS_FROM).desc())
+        return (
+            versions.withColumn("_rank", F.row_number().over(order))
+            .where("_rank = 1")
+            .drop("_rank")
+        )
+
+    def _split_filters(self, row_filter: ActualFilter) -> tuple[list, list]:
+        """(filters on primary-key columns only, filters touching other columns)."""
+        key_filters: list = []
+        value_filters: list = []
+        columns = self.schema.fieldNames()
+        for column, values in (row_filter.where_in or {}).items():
+            if column not in columns:
+                raise VersionedTableError(
+                    self.name, f"where_in column {column!r} is not in {columns}"
+                )
+            condition = F.col(f"`{column}`").isin(list(values))
+            (key_filters if column in self.primary_key else value_filters).append(condition)
+        if row_filter.keys is not None:
+            on = [c for c in row_filter.keys.columns if c in columns]
+            if not on:
+                raise VersionedTableError(
+                    self.name,
+                    f"keys has none of the table's columns {columns}: {row_filter.keys.columns}",
+                )
+            semi = row_filter.keys.select(*on)
+            (key_filters if set(on) <= set(self.primary_key) else value_filters).append((semi, on))
+        return key_filters, value_filters
+
+
+def _apply(df: DataFrame, filters: Sequence) -> DataFrame:
+    for item in filters:
+        if isinstance(item, tuple):
+            keys, on = item
+            df = df.join(keys, on=on, how="left_semi")
+        else:
+            df = df.where(item)
+    return df

@@ -1,0 +1,183 @@
+"""A versioned table's schema: what a definition may be, how it may evolve, and how
+written DataFrames are checked against it.
+
+Compatible evolution is adding nullable columns: the catalog schema becomes the union,
+files written before read the new columns as null. Everything else (dropping a column,
+changing a type, a new non-nullable column, another primary key) is refused, because
+old files could no longer be read as the new definition claims.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    IntegralType,
+    LongType,
+    MapType,
+    NullType,
+    ShortType,
+    StructField,
+    StructType,
+)
+
+from offset_assets.versioned.errors import SchemaMismatchError, TableDefinitionError
+from offset_assets.versioned.layout import SYS_FROM, SYS_OP, SYSTEM_COLUMNS
+
+TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_INTEGRAL_RANK = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
+_INTEGRAL_DIGITS = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 19}
+
+
+def validate_definition(name: str, primary_key: Sequence[str], schema: StructType) -> None:
+    """Refuse a definition that cannot be stored: bad name, reserved or duplicate column
+    names, primary key not in the schema, map columns (not comparable in Spark, so a
+    version could not be told apart from its predecessor)."""
+    if not TABLE_NAME.match(name or ""):
+        raise TableDefinitionError(
+            str(name), "name must be letters, digits, '_', '.', '-' (it becomes a folder name)"
+        )
+    names = schema.fieldNames()
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise TableDefinitionError(name, f"duplicate column(s) {duplicates}")
+    reserved = [n for n in names if n in SYSTEM_COLUMNS]
+    if reserved:
+        raise TableDefinitionError(name, f"column(s) {reserved} are reserved for version metadata")
+    if not primary_key:
+        raise TableDefinitionError(name, "a primary key of at least one column is required")
+    missing = [c for c in primary_key if c not in names]
+    if missing:
+        raise TableDefinitionError(
+            name, f"primary-key column(s) {missing} not in the schema {names}"
+        )
+    for field in schema.fields:
+        if _contains_map(field.dataType):
+            raise TableDefinitionError(
+                name,
+                f"column {field.name!r} is a map ({field.dataType.simpleString()}); "
+                "maps cannot be compared, use an array of structs",
+            )
+
+
+def _contains_map(data_type: DataType) -> bool:
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _contains_map(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return any(_contains_map(f.dataType) for f in data_type.fields)
+    return False
+
+
+def evolve(name: str, stored: StructType, given: StructType) -> StructType | None:
+    """The catalog schema after registering `given` over `stored`; None when unchanged."""
+    given_types = {f.name: f for f in given.fields}
+    dropped = [f.name for f in stored.fields if f.name not in given_types]
+    if dropped:
+        raise TableDefinitionError(
+            name,
+            f"the catalog schema has column(s) {dropped} that this definition lacks "
+            "(dropping columns is not supported; update the definition)",
+        )
+    changed = [
+        f"{f.name}: {f.dataType.simpleString()} -> {given_types[f.name].dataType.simpleString()}"
+        for f in stored.fields
+        if f.dataType.simpleString() != given_types[f.name].dataType.simpleString()
+    ]
+    if changed:
+        raise TableDefinitionError(name, f"column type(s) differ from the catalog: {changed}")
+    stored_names = set(stored.fieldNames())
+    added = [f for f in given.fields if f.name not in stored_names]
+    not_nullable = [f.name for f in added if not f.nullable]
+    if not_nullable:
+        raise TableDefinitionError(
+            name, f"new column(s) {not_nullable} must be nullable: earlier versions have no value"
+        )
+    if not added:
+        return None
+    return StructType([*stored.fields, *added])
+
+
+def file_schema(data_schema: StructType) -> StructType:
+    """Columns of the Parquet files: data columns, then sys_op and sys_from."""
+    return StructType(
+        [
+            *[StructField(f.name, f.dataType, True) for f in data_schema.fields],
+            StructField(SYS_OP, IntegerType(), True),
+            StructField(SYS_FROM, LongType(), True),
+        ]
+    )
+
+
+def is_safe_cast(source: DataType, target: DataType) -> bool:
+    """True when every value of `source` converts to `target` without loss."""
+    if source.simpleString() == target.simpleString() or isinstance(source, NullType):
+        return True
+    if isinstance(source, IntegralType) and isinstance(target, IntegralType):
+        return _INTEGRAL_RANK[type(source)] <= _INTEGRAL_RANK[type(target)]
+    if isinstance(target, DoubleType):
+        return isinstance(source, (FloatType, ByteType, ShortType, IntegerType))
+    if isinstance(target, DecimalType):
+        if isinstance(source, DecimalType):
+            return (
+                target.scale >= source.scale
+                and target.precision - target.scale >= source.precision - source.scale
+            )
+        if isinstance(source, IntegralType):
+            return target.precision - target.scale >= _INTEGRAL_DIGITS[type(source)]
+    return False
+
+
+def conform(
+    table: str,
+    df: DataFrame,
+    schema: StructType,
+    primary_key: Sequence[str],
+    columns_allowed_missing: Sequence[str] = (),
+) -> DataFrame:
+    """`df` as the table's data columns (cast to their types) plus `sys_op` (0 when absent).
+
+    Refuses a missing primary-key or data column, an extra column, or a type that does
+    not convert without loss; the error names the table and the columns.
+    """
+    given = {f.name: f.dataType for f in df.schema.fields}
+    missing_keys = [c for c in primary_key if c not in given]
+    if missing_keys:
+        raise SchemaMismatchError(table, f"missing primary-key column(s) {missing_keys}")
+    missing = [
+        c for c in schema.fieldNames() if c not in given and c not in columns_allowed_missing
+    ]
+    if missing:
+        raise SchemaMismatchError(table, f"missing column(s) {missing}")
+    extra = [c for c in given if c not in schema.fieldNames() and c != SYS_OP]
+    if extra:
+        raise SchemaMismatchError(
+            table,
+            f"unknown column(s) {extra}; the table has {schema.fieldNames()} (+ optional sys_op)",
+        )
+    wrong = [
+        f"{f.name}: {given[f.name].simpleString()} (table: {f.dataType.simpleString()})"
+        for f in schema.fields
+        if f.name in given and not is_safe_cast(given[f.name], f.dataType)
+    ]
+    if SYS_OP in given and not isinstance(given[SYS_OP], (IntegralType, NullType)):
+        wrong.append(f"sys_op: {given[SYS_OP].simpleString()} (must be an integer 0 or 1)")
+    if wrong:
+        raise SchemaMismatchError(table, f"incompatible column type(s) {wrong}")
+    columns = [
+        (F.col(f"`{f.name}`") if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in schema.fields
+    ]
+    sys_op = F.col(SYS_OP).cast(IntegerType()) if SYS_OP in given else F.lit(0)
+    return df.select(*columns, sys_op.alias(SYS_OP))

@@ -1,0 +1,151 @@
+"""What one write into a hot delta becomes: versions, unchanged rows, or a refusal.
+
+Each incoming row is first reduced to its *state*: the data columns and sys_op, with the
+non-key columns of a delete ignored (a delete is about a key). Then, per row:
+- bad input (null key, null in a non-nullable column, sys_op not 0/1)  -> refused;
+- two different states of one key in this write, or a state different from the one an
+  earlier write gave the key in the same hot delta                      -> refused;
+- the same state as earlier in this write or hot delta                 -> collapses;
+- an upsert identical to the actual version, or a delete of a key that
+  is not in the actual state                                            -> no version;
+- otherwise a version: the upsert itself, or a tombstone (sys_op = 1) carrying the data
+  of the version it deletes, so that change readers still see the deleted values.
+
+The classification runs once (persisted); its counts decide refusal before anything is
+written, so a refused write leaves no file behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP
+
+KIND = "__kind"
+BAD_KEY, BAD_NULL, BAD_OP = "bad_key", "bad_null", "bad_op"
+CONFLICT_IN_WRITE, CONFLICT_IN_DELTA = "conflict_in_write", "conflict_in_delta"
+SEEN, UNCHANGED, UPSERT, DELETE = "seen", "unchanged", "upsert", "delete"
+_PRIOR, _ACTUAL = "_p_", "_a_"
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    """Versions one write (or a whole hot delta) created; unchanged rows made none."""
+
+    rows_upserted: int
+    rows_deleted: int
+    rows_unchanged: int = 0
+
+
+def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str]) -> DataFrame:
+    """Data columns and sys_op, with non-key columns nulled for deletes."""
+    is_delete = F.col(SYS_OP) == OP_DELETE
+    columns = [
+        F.col(f"`{f.name}`")
+        if f.name in primary_key
+        else F.when(is_delete, F.lit(None).cast(f.dataType))
+        .otherwise(F.col(f"`{f.name}`"))
+        .alias(f.name)
+        for f in schema.fields
+    ]
+    return df.select(*columns, F.col(SYS_OP))
+
+
+def classify(
+    incoming: DataFrame,
+    prior: DataFrame | None,
+    actual: DataFrame | None,
+    schema: StructType,
+    primary_key: Sequence[str],
+) -> DataFrame:
+    """`incoming` states (deduplicated) with a `_kind` column and the actual version's
+    non-key columns (`_a_<col>`, for tombstones).
+
+    `prior`: states written earlier into the same hot delta (None: first write);
+    `actual`: the actual state before this delta, restricted to the incoming keys
+    (None: the table has no committed version).
+    """
+    values = [f.name for f in schema.fields if f.name not in primary_key]
+    states = state_of(incoming, schema, primary_key).dropDuplicates()
+    states = states.withColumn(
+        "__states",
+        F.count(F.lit(1)).over(Window.partitionBy(*[F.col(f"`{c}`") for c in primary_key])),
+    )
+    if prior is not None:
+        states = states.join(
+            _prefixed(prior, values + [SYS_OP], primary_key, _PRIOR), primary_key, "left"
+        )
+    if actual is not None:
+        states = states.join(_prefixed(actual, values, primary_key, _ACTUAL), primary_key, "left")
+    nullable = {f.name: f.nullable for f in schema.fields}
+    bad_null = [F.col(f"`{c}`").isNull() for c in values if not nullable[c]]
+    kind = (
+        F.when(_any([F.col(f"`{c}`").isNull() for c in primary_key]), BAD_KEY)
+        .when(F.col(SYS_OP).isNull() | ~F.col(SYS_OP).isin(OP_UPSERT, OP_DELETE), BAD_OP)
+        .when((F.col(SYS_OP) == OP_UPSERT) & _any(bad_null), BAD_NULL)
+        .when(F.col("__states") > 1, CONFLICT_IN_WRITE)
+    )
+    if prior is not None:
+        seen = F.col(f"{_PRIOR}_present").isNotNull()
+        same = _all(
+            [F.col(f"`{c}`").eqNullSafe(F.col(f"`{_PRIOR}{c}`")) for c in values + [SYS_OP]]
+        )
+        kind = kind.when(seen & ~same, CONFLICT_IN_DELTA).when(seen, SEEN)
+    if actual is not None:
+        exists = F.col(f"{_ACTUAL}_present").isNotNull()
+        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(f"`{_ACTUAL}{c}`")) for c in values])
+        kind = kind.when((F.col(SYS_OP) == OP_UPSERT) & exists & same, UNCHANGED).when(
+            (F.col(SYS_OP) == OP_DELETE) & exists, DELETE
+        )
+    kind = kind.when(F.col(SYS_OP) == OP_DELETE, UNCHANGED).otherwise(UPSERT)
+    return states.withColumn(KIND, kind)
+
+
+def versions_of(
+    classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int
+) -> DataFrame:
+    """The versions to store: upserts as written, tombstones with the deleted version's data."""
+
+    def value(name: str) -> Column:
+        if name in primary_key:
+            return F.col(f"`{name}`")
+        if f"{_ACTUAL}{name}" not in classified.columns:
+            return F.col(f"`{name}`")
+        deleted = F.col(f"`{_ACTUAL}{name}`")
+        return F.when(F.col(KIND) == DELETE, deleted).otherwise(F.col(f"`{name}`")).alias(name)
+
+    return classified.where(F.col(KIND).isin(UPSERT, DELETE)).select(
+        *[value(f.name) for f in schema.fields],
+        F.col(SYS_OP),
+        F.lit(delta_num).cast("long").alias(SYS_FROM),
+    )
+
+
+def unchanged_of(classified: DataFrame, schema: StructType) -> DataFrame:
+    return classified.where(F.col(KIND) == UNCHANGED).select(
+        *[f.name for f in schema.fields], SYS_OP
+    )
+
+
+def _prefixed(
+    df: DataFrame, columns: Sequence[str], primary_key: Sequence[str], prefix: str
+) -> DataFrame:
+    return df.select(
+        *[F.col(f"`{c}`") for c in primary_key],
+        *[F.col(f"`{c}`").alias(f"{prefix}{c}") for c in columns],
+        F.lit(True).alias(f"{prefix}_present"),
+    )
+
+
+def _any(conditions: list[Column]) -> Column:
+    return reduce(lambda a, b: a | b, conditions) if conditions else F.lit(False)
+
+
+def _all(conditions: list[Column]) -> Column:
+    return reduce(lambda a, b: a & b, conditions) if conditions else F.lit(True)
