@@ -1,0 +1,303 @@
+"""Ingesting one data range into a versioned table, exactly once.
+
+claim the range (ordered, atomic) -> read the source rows of the range -> write them
+into the target table's hot delta -> commit that delta in the control-plane transaction
+that also writes job_log SUCCESS and the step_log rows. Either the data and SUCCESS
+are both committed or neither is: a crash anywhere before leaves the range RUNNING
+(taken over once its holder is found dead) or FAILURE, and the retry writes it again.
+
+Rows equal to the table's actual state create no version (versioned-table rule), so a
+re-run or refresh of a range that changed nothing at the source commits no delta.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+from sqlalchemy import Connection
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.job_log import (
+    Claim,
+    ClaimLostError,
+    JobLog,
+    JobRecord,
+    JobStatus,
+    StepRecord,
+)
+from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
+from offset_assets.ranges.errors import IngestionError, PlanningError
+from offset_assets.ranges.planners import (
+    AutoIncrementIdPlanner,
+    DataRange,
+    KafkaOffsetPlanner,
+    PlanInputs,
+    Planner,
+    TimeWindowPlanner,
+    UpstreamPlanner,
+)
+from offset_assets.ranges.sources import RangeSource, SourceBatch
+from offset_assets.versioned.commit import commit_deltas
+from offset_assets.versioned.table import HotDelta, VersionedTable
+
+TARGET_TYPE = "versioned_table"
+SYS_OP = "sys_op"
+
+
+@dataclass(frozen=True)
+class TargetTable:
+    """The versioned table a job ingests into."""
+
+    name: str
+    primary_key: Sequence[str]
+    schema: StructType
+
+
+@dataclass(frozen=True)
+class IngestionJob:
+    """What to ingest (source), in which ranges (planner), into which table (target).
+
+    `name` is the job_name of its job_log rows (the Dagster asset name). `transform`
+    shapes source rows into the target's columns; without it the target's columns (and
+    `sys_op` when present) are selected from the source rows.
+    """
+
+    name: str
+    source: RangeSource
+    planner: Planner
+    target: TargetTable
+    workflow_name: str | None = None
+    load_type: str = "incremental"
+    transform: Callable[[DataFrame], DataFrame] | None = None
+    claim_policy: ClaimPolicy = field(default_factory=ClaimPolicy)
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    """How one range run ended (always successfully: failures raise)."""
+
+    job_id: int
+    attempt: int
+    data_range: DataRange  # end: the end actually reached, as written to job_log
+    rows_read: int
+    rows_upserted: int
+    rows_deleted: int
+    rows_unchanged: int
+    delta_num: int | None  # None: nothing changed, no delta committed
+    commit_ts: float | None
+    took_over_run_id: str | None = None
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "log_driven_type": str(self.data_range.kind),
+            "data_range_start": self.data_range.start,
+            "data_range_end": self.data_range.end,
+            "refresh": self.data_range.refresh,
+            "rows_read": self.rows_read,
+            "rows_upserted": self.rows_upserted,
+            "rows_deleted": self.rows_deleted,
+            "rows_unchanged": self.rows_unchanged,
+            "delta_num": self.delta_num,
+            "commit_ts": self.commit_ts,
+            "took_over_run_id": self.took_over_run_id,
+        }
+
+
+class _Steps:
+    """The steps of one attempt, written to step_log with the attempt's outcome."""
+
+    def __init__(self, clock: Callable[[], float], source_type: str) -> None:
+        self._clock = clock
+        self._source_type = source_type
+        self.done: list[StepRecord] = []
+        self.current: tuple[str, float] | None = None
+
+    def start(self, step_id: str) -> None:
+        self.current = (step_id, self._clock())
+
+    def finish(self, **counts: Any) -> None:
+        step_id, started = self.current or ("?", self._clock())
+        self.done.append(StepRecord(step_id, JobStatus.SUCCESS, started, self._clock(),
+                                    source_type=self._source_type, target_type=TARGET_TYPE,
+                                    **counts))
+        self.current = None
+
+    def failed(self, error: str) -> list[StepRecord]:
+        if self.current is None:
+            return self.done
+        step_id, started = self.current
+        return [*self.done, StepRecord(step_id, JobStatus.FAILURE, started, self._clock(),
+                                       error=error, source_type=self._source_type,
+                                       target_type=TARGET_TYPE)]
+
+
+class RangeIngestion:
+    """Runs the ranges of one `IngestionJob` against a control plane and a warehouse."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        plane: ControlPlane,
+        job: IngestionJob,
+        warehouse: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.spark = spark
+        self.plane = plane
+        self.job = job
+        self.warehouse = warehouse
+        self.log = JobLog(plane, clock=clock)
+        self._clock = clock
+
+    # -- planning -----------------------------------------------------------------------
+
+    def history(self) -> list[JobRecord]:
+        return self.log.history(self.job.name)
+
+    def plan_inputs(self, now: datetime | None = None) -> PlanInputs:
+        """Read the outside facts the job's planner needs (source max id, offsets, upstream)."""
+        planner = self.job.planner
+        if isinstance(planner, TimeWindowPlanner):
+            return PlanInputs(now=now or datetime.fromtimestamp(self._clock(), UTC))
+        if isinstance(planner, AutoIncrementIdPlanner):
+            max_id = getattr(self.job.source, "max_id", None)
+            if max_id is None:
+                raise PlanningError(f"job {self.job.name!r}: id ranges need a source with max_id()")
+            return PlanInputs(source_max_id=max_id())
+        if isinstance(planner, KafkaOffsetPlanner):
+            latest = getattr(self.job.source, "latest_offsets", None)
+            return PlanInputs(latest_offsets=latest() if latest else None)
+        if isinstance(planner, UpstreamPlanner):
+            return PlanInputs(upstream_history=self.log.history(planner.upstream_job))
+        raise PlanningError(f"job {self.job.name!r}: unknown planner {planner!r}")
+
+    def plan(self, now: datetime | None = None) -> list[DataRange]:
+        """The ranges due now, in the order they must run (a failed one first)."""
+        return self.job.planner.plan(self.history(), self.plan_inputs(now))
+
+    # -- running ------------------------------------------------------------------------
+
+    def run_pending(
+        self, now: datetime | None = None, run_id: str | None = None
+    ) -> list[RangeResult]:
+        """Run every due range in order; the first failure stops the run (and is raised)."""
+        results = []
+        for data_range in self.plan(now):
+            results.append(self.run_range(data_range, run_id=run_id, now=now))
+        return results
+
+    def refresh(self, ranges: Sequence[DataRange], run_id: str | None = None) -> list[RangeResult]:
+        """Re-ingest explicit ranges, done or not, without moving the pointer past a gap."""
+        return [self.run_range(replace(r, refresh=True), run_id=run_id) for r in ranges]
+
+    def run_range(
+        self,
+        data_range: DataRange,
+        run_id: str | None = None,
+        now: datetime | None = None,
+        runtime_args: dict[str, Any] | None = None,
+    ) -> RangeResult:
+        """Claim, read, write and commit one range; raises on failure (range logged FAILURE)."""
+        run_id = run_id or f"local-{uuid.uuid4().hex}"
+        pending = [] if data_range.refresh else self.plan(now)
+        if pending and pending[0].start == data_range.start and pending[0].refresh:
+            data_range = replace(data_range, refresh=True)  # due again: an empty or upstream re-run
+        claim = claim_range(
+            self.log, self.job.name, data_range, pending, run_id=run_id,
+            policy=self.job.claim_policy, workflow_name=self.job.workflow_name,
+            period=getattr(self.job.planner, "period_minutes", None),
+            load_type=self.job.load_type,
+            runtime_args={**(runtime_args or {}), "refresh": data_range.refresh},
+        )
+        steps = _Steps(self._clock, self.job.source.source_type)
+        hot: HotDelta | None = None
+        try:
+            with Heartbeat(self.log, claim, self.job.claim_policy.heartbeat_interval_s):
+                steps.start("read")
+                batch = self.job.source.read_range(self.spark, data_range)
+                rows = self._shape(batch)
+                rows_read = batch.row_count if batch.row_count is not None else rows.count()
+                steps.finish(source_count=rows_read)
+
+                steps.start("write")
+                table = VersionedTable(self.spark, self.plane, self.job.target.name,
+                                       self.job.target.primary_key, self.job.target.schema,
+                                       warehouse=self.warehouse)
+                hot = table.open_delta(holder=f"ingestion:{self.job.name}", run_id=run_id)
+                stats = hot.write(rows)
+                changed = stats.rows_upserted + stats.rows_deleted
+                steps.finish(
+                    source_count=rows_read, target_count=changed,
+                    success_count=changed + stats.rows_unchanged, failure_count=0,
+                    output=json.dumps({"table": table.name,
+                                       "delta_num": hot.delta_num if changed else None,
+                                       "rows_unchanged": stats.rows_unchanged}),
+                )
+                end = batch.end if batch.end is not None else data_range.end
+
+                def on_commit(conn: Connection, commit_ts: float) -> None:
+                    self.log.mark_success(claim.job_id, end, conn=conn, run_id=run_id)
+                    for step in steps.done:
+                        self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
+
+                if changed:
+                    commit_ts: float | None = commit_deltas([hot], on_commit=on_commit)
+                    delta_num: int | None = hot.delta_num
+                else:
+                    hot.rollback()  # nothing changed: no empty delta for readers to process
+                    hot = None
+                    with self.plane.begin() as conn:
+                        on_commit(conn, 0.0)
+                    commit_ts = delta_num = None
+        except ClaimLostError:
+            self._discard(hot)
+            raise
+        except Exception as exc:
+            self._discard(hot)
+            self._record_failure(claim, steps, exc)
+            raise IngestionError(
+                f"job {self.job.name!r} range {data_range.start!r}..{data_range.end!r} failed "
+                f"(job_id {claim.job_id}, attempt {claim.attempt}): {_one_line(exc)}"
+            ) from exc
+        return RangeResult(
+            claim.job_id, claim.attempt, replace(data_range, end=end), rows_read,
+            stats.rows_upserted, stats.rows_deleted, stats.rows_unchanged, delta_num, commit_ts,
+            claim.previous_run_id if claim.took_over else None,
+        )
+
+    def _shape(self, batch: SourceBatch) -> DataFrame:
+        target = self.job.target
+        df = batch.df
+        if not df.columns:  # an empty source without a schema (no file landed)
+            return self.spark.createDataFrame([], target.schema)
+        if self.job.transform is not None:
+            return self.job.transform(df)
+        wanted = [*target.schema.fieldNames(), SYS_OP]
+        return df.select(*[f"`{c}`" for c in wanted if c in df.columns])
+
+    @staticmethod
+    def _discard(hot: HotDelta | None) -> None:
+        if hot is not None and hot.is_open:
+            hot.rollback()
+
+    def _record_failure(self, claim: Claim, steps: _Steps, exc: BaseException) -> None:
+        error = _one_line(exc)
+        with self.plane.begin() as conn:
+            if self.log.mark_failure(claim.job_id, error, conn=conn, run_id=claim.run_id):
+                for step in steps.failed(error):
+                    self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"

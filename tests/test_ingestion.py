@@ -1,0 +1,211 @@
+"""End to end: real SQLite source tables and real landing folders into versioned tables."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from pyspark.sql import types as T
+
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.job_log import ClaimLostError, JobLog
+from offset_assets.ranges.claims import ClaimPolicy
+from offset_assets.ranges.errors import IngestionError, RangeOrderError
+from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
+from offset_assets.ranges.planners import (
+    AutoIncrementIdPlanner,
+    DataRange,
+    RangeKind,
+    TimeWindowPlanner,
+)
+from offset_assets.ranges.sources import FolderSource, SqlTableSource
+from offset_assets.versioned.table import VersionedTable
+
+CUSTOMERS = T.StructType([
+    T.StructField("id", T.LongType(), False),
+    T.StructField("name", T.StringType()),
+    T.StructField("city", T.StringType()),
+])
+
+
+@pytest.fixture
+def source_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, city TEXT, "
+            "created_at DATETIME)"))
+    engine.dispose()
+    return url
+
+
+def insert_customers(url, *rows):
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for name, city, created_at in rows:
+            conn.execute(
+                sa.text("INSERT INTO customers (name, city, created_at) VALUES (:n, :c, :t)"),
+                {"n": name, "c": city, "t": created_at.strftime("%Y-%m-%d %H:%M:%S.000000")},
+            )
+    engine.dispose()
+
+
+def id_job(source_url, source=None, **kwargs):
+    return IngestionJob(
+        name="raw_customers",
+        source=source or SqlTableSource(source_url, "customers", id_column="id"),
+        planner=AutoIncrementIdPlanner(),
+        target=TargetTable("raw_customers", ["id"], CUSTOMERS),
+        **kwargs,
+    )
+
+
+def actual(spark, plane, warehouse, name="raw_customers", schema=CUSTOMERS):
+    table = VersionedTable(spark, plane, name, ["id"], schema, warehouse=warehouse)
+    rows = sorted(tuple(r) for r in table.read_actual().select(*schema.fieldNames()).collect())
+    last = table.last_committed()
+    return rows, (last.delta_num if last else 0)
+
+
+def test_id_ranges_ingest_each_row_once_and_a_rerun_changes_nothing(db_url, spark, warehouse,
+                                                                     source_url):
+    plane = connect(db_url)
+    day = datetime(2022, 1, 1)
+    insert_customers(source_url, ("ann", "Oslo", day), ("bob", "Rome", day))
+    ingestion = RangeIngestion(spark, plane, id_job(source_url), warehouse)
+
+    (first,) = ingestion.run_pending(run_id="run-1")
+    assert (first.data_range.start, first.data_range.end, first.rows_upserted) == ("0", "2", 2)
+    assert first.delta_num == 1
+    insert_customers(source_url, ("cid", "Lima", day))
+    (second,) = ingestion.run_pending(run_id="run-2")
+    assert (second.data_range.start, second.data_range.end, second.delta_num) == ("2", "3", 2)
+    assert ingestion.run_pending() == []  # nothing new at the source
+    assert actual(spark, plane, warehouse) == (
+        [(1, "ann", "Oslo"), (2, "bob", "Rome"), (3, "cid", "Lima")], 2)
+
+    # Re-running an ingested range finds every row unchanged: no new delta.
+    (again,) = ingestion.refresh([DataRange(RangeKind.AUTO_INC_ID, "0", "2")], run_id="run-3")
+    assert (again.rows_read, again.rows_upserted, again.rows_unchanged) == (2, 0, 2)
+    assert again.delta_num is None and again.attempt == 2
+    assert actual(spark, plane, warehouse)[1] == 2
+
+    log = JobLog(plane)
+    rows = log.history("raw_customers")
+    assert [(r.data_range_start, r.data_range_end, r.status, r.run_id) for r in rows] == [
+        ("0", "2", "SUCCESS", "run-3"), ("2", "3", "SUCCESS", "run-2")]
+    steps = log.steps(rows[0].job_id, attempt=1)
+    assert [(s.step_id, s.status, s.source_count, s.target_count) for s in steps] == [
+        ("read", "SUCCESS", 2, None), ("write", "SUCCESS", 2, 2)]
+    assert steps[0].source_type == "sql" and steps[1].target_type == "versioned_table"
+
+
+class FlakySource:
+    """Wraps a source; its first `failures` reads raise."""
+
+    def __init__(self, inner, failures=1, on_read=None):
+        self.inner, self.failures, self.on_read = inner, failures, on_read
+        self.source_type = inner.source_type
+
+    def max_id(self):
+        return self.inner.max_id()
+
+    def read_range(self, spark, data_range):
+        if self.on_read:
+            self.on_read(data_range)
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("source went away")
+        return self.inner.read_range(spark, data_range)
+
+
+def test_a_failed_range_is_logged_commits_nothing_and_is_retried_first(sqlite_url, spark,
+                                                                       warehouse, source_url):
+    plane = connect(sqlite_url)
+    insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1)))
+    flaky = FlakySource(SqlTableSource(source_url, "customers", id_column="id"))
+    ingestion = RangeIngestion(spark, plane, id_job(source_url, source=flaky), warehouse)
+    with pytest.raises(IngestionError, match="range '0'.*ConnectionError: source went away"):
+        ingestion.run_pending(run_id="run-1")
+    log = JobLog(plane)
+    (failed,) = log.history("raw_customers")
+    assert (failed.status, failed.error) == ("FAILURE", "ConnectionError: source went away")
+    assert [(s.step_id, s.status) for s in log.steps(failed.job_id)] == [("read", "FAILURE")]
+    assert actual(spark, plane, warehouse) == ([], 0)
+
+    insert_customers(source_url, ("bob", "Rome", datetime(2022, 1, 1)))
+    (retry,) = ingestion.plan()
+    assert (retry.start, retry.end, retry.previous_status) == ("0", "2", "FAILURE")
+    (done,) = ingestion.run_pending(run_id="run-2")
+    assert (done.job_id, done.attempt, done.data_range.end) == (failed.job_id, 2, "2")
+    assert actual(spark, plane, warehouse) == ([(1, "ann", "Oslo"), (2, "bob", "Rome")], 1)
+
+
+def test_a_holder_whose_range_was_taken_over_commits_nothing(sqlite_url, spark, warehouse,
+                                                             source_url):
+    plane = connect(sqlite_url)
+    insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1)))
+
+    def take_over(data_range):
+        # While this run reads, a scheduler decides it is dead and takes the range over.
+        JobLog(plane).claim("raw_customers", data_range.start, None, run_id="rescuer",
+                            is_run_dead=lambda run_id: run_id == "slow-run")
+
+    slow = FlakySource(SqlTableSource(source_url, "customers", id_column="id"), failures=0,
+                       on_read=take_over)
+    job = id_job(source_url, source=slow, claim_policy=ClaimPolicy(heartbeat_every_s=3600))
+    with pytest.raises(ClaimLostError):
+        RangeIngestion(spark, plane, job, warehouse).run_range(
+            DataRange(RangeKind.AUTO_INC_ID, "0", None), run_id="slow-run")
+    table = VersionedTable(spark, plane, "raw_customers", ["id"], CUSTOMERS, warehouse=warehouse)
+    assert table.last_committed() is None and table.hot() is None
+    row = JobLog(plane).get_range("raw_customers", "0")
+    assert (row.status, row.run_id) == ("RUNNING", "rescuer")
+
+
+def test_time_windows_from_a_sql_table_catch_up_in_order(sqlite_url, spark, warehouse,
+                                                         source_url):
+    plane = connect(sqlite_url)
+    insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1, 9)),
+                     ("bob", "Rome", datetime(2022, 1, 2, 9)),
+                     ("cid", "Lima", datetime(2022, 1, 3, 9)))
+    job = IngestionJob(
+        "daily_customers", SqlTableSource(source_url, "customers", time_column="created_at",
+                                          columns=["id", "name", "city"]),
+        TimeWindowPlanner(datetime(2022, 1, 1), timedelta(days=1)),
+        TargetTable("daily_customers", ["id"], CUSTOMERS),
+    )
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+    now = datetime(2022, 1, 3, 12, tzinfo=UTC)
+    later = DataRange(RangeKind.TIME_WINDOW, "20220102000000", "20220103000000")
+    with pytest.raises(RangeOrderError, match="waits for earlier range '20220101000000'"):
+        ingestion.run_range(later, now=now)
+    results = ingestion.run_pending(now=now)
+    assert [(r.data_range.start, r.rows_upserted) for r in results] == [
+        ("20220101000000", 1), ("20220102000000", 1)]
+    rows, last = actual(spark, plane, warehouse, "daily_customers")
+    assert rows == [(1, "ann", "Oslo"), (2, "bob", "Rome")] and last == 2
+    assert JobLog(plane).history("daily_customers")[0].period == 1440
+
+
+def land(spark, root, day, rows):
+    spark.createDataFrame(rows, CUSTOMERS).coalesce(1).write.mode("overwrite").parquet(
+        f"{root}/dt={day}")
+
+
+def test_files_landing_in_day_folders_are_ingested_per_day(sqlite_url, spark, warehouse, tmp_path):
+    plane = connect(sqlite_url)
+    root = str(tmp_path / "landing" / "customers")
+    land(spark, root, "2022-01-01", [(1, "ann", "Oslo"), (2, "bob", "Rome")])
+    land(spark, root, "2022-01-02", [(2, "bob", "Paris")])
+    job = IngestionJob("landed_customers", FolderSource(root),
+                       TimeWindowPlanner(datetime(2022, 1, 1), timedelta(days=1)),
+                       TargetTable("landed_customers", ["id"], CUSTOMERS))
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+    results = ingestion.run_pending(now=datetime(2022, 1, 3, 1))
+    assert [(r.rows_read, r.rows_upserted, r.delta_num) for r in results] == [(2, 2, 1), (1, 1, 2)]
+    assert actual(spark, plane, warehouse, "landed_customers") == (
+        [(1, "ann", "Oslo"), (2, "bob", "Paris")], 2)
+    # Day 3 has not landed: its range succeeds with no rows and no delta.
+    (empty,) = ingestion.run_pending(now=datetime(2022, 1, 4, 1))
+    assert (empty.rows_read, empty.delta_num) == (0, None)
