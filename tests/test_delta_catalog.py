@@ -1,0 +1,190 @@
+"""The delta catalog (layer 1, no Spark), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import (
+    DeltaCatalog,
+    DeltaNotHotError,
+    HotDeltaHeldError,
+)
+from offset_assets.control_plane.schema import commit_clock
+
+
+@pytest.fixture
+def catalog(db_url) -> DeltaCatalog:
+    catalog = DeltaCatalog(connect(db_url))
+    catalog.register_table("orders", ["id"], '{"type": "struct", "fields": []}')
+    catalog.register_table("customers", ["id"], '{"type": "struct", "fields": []}')
+    return catalog
+
+
+def _open(catalog: DeltaCatalog, table: str = "orders", holder: str = "w1", run: str = "r1"):
+    return catalog.open_hot(table, holder, run, lambda n: f"/wh/{table}/deltas/{n:012d}-x")
+
+
+def test_deltas_are_numbered_last_committed_plus_one(catalog):
+    first = _open(catalog)
+    assert (first.delta_num, first.status, first.data_path) == (1, "hot", "/wh/orders/deltas/000000000001-x")
+    catalog.commit([("orders", 1, 3, 0)])
+    second = _open(catalog)
+    assert second.delta_num == 2
+    assert catalog.rollback("orders", 2) is True
+    # A rolled-back number is free again.
+    assert _open(catalog).delta_num == 2
+
+
+def test_second_hot_delta_is_refused_naming_table_and_holder(catalog):
+    _open(catalog, holder="ingest@host:42")
+    with pytest.raises(HotDeltaHeldError, match=r"'orders'.*hot delta 1 held by 'ingest@host:42'"):
+        _open(catalog, holder="other")
+    # Other tables are independent.
+    assert _open(catalog, table="customers").delta_num == 1
+
+
+def test_concurrent_openers_get_one_hot_delta(catalog):
+    results, errors = [], []
+
+    def opener(i: int) -> None:
+        try:
+            results.append(_open(catalog, holder=f"w{i}"))
+        except HotDeltaHeldError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 1 and len(errors) == 5
+    assert catalog.hot("orders").holder == results[0].holder
+
+
+def test_commit_records_timestamp_counts_and_makes_delta_the_last_committed(catalog):
+    _open(catalog)
+    ts = catalog.commit([("orders", 1, 10, 2)])
+    last = catalog.last_committed("orders")
+    assert (last.delta_num, last.status, last.commit_ts) == (1, "committed", ts)
+    assert (last.rows_upserted, last.rows_deleted, last.holder, last.run_id) == (10, 2, "w1", "r1")
+    assert catalog.hot("orders") is None
+    assert catalog.last_commit_ts() == ts
+
+
+def test_commit_of_several_tables_is_one_timestamp(catalog):
+    _open(catalog, "orders")
+    _open(catalog, "customers")
+    ts = catalog.commit([("orders", 1, 1, 0), ("customers", 1, 2, 0)])
+    assert catalog.by_num("orders", 1).commit_ts == ts == catalog.by_num("customers", 1).commit_ts
+
+
+def test_on_commit_runs_in_the_commit_transaction_and_its_failure_commits_nothing(catalog):
+    _open(catalog, "orders")
+    _open(catalog, "customers")
+    seen = []
+
+    def failing(conn, commit_ts):
+        seen.append(conn.execute(sa.select(commit_clock.c.last_commit_ts)).scalar_one() == commit_ts)
+        raise RuntimeError("offsets could not be written")
+
+    with pytest.raises(RuntimeError):
+        catalog.commit([("orders", 1, 1, 0), ("customers", 1, 1, 0)], on_commit=failing)
+    assert seen == [True]  # the clock was already bumped inside the transaction
+    assert catalog.last_committed("orders") is None and catalog.last_committed("customers") is None
+    assert catalog.hot("orders").delta_num == 1 and catalog.hot("customers").delta_num == 1
+    assert catalog.last_commit_ts() == 0
+    catalog.commit([("orders", 1, 1, 0), ("customers", 1, 1, 0)])
+    assert catalog.last_committed("customers").delta_num == 1
+
+
+def test_commit_of_a_delta_that_is_not_hot_names_table_and_delta_and_commits_nothing(catalog):
+    _open(catalog, "orders")
+    catalog.commit([("orders", 1, 1, 0)])
+    _open(catalog, "customers")
+    with pytest.raises(DeltaNotHotError, match=r"delta 1 of table 'orders'.*already committed"):
+        catalog.commit([("customers", 1, 1, 0), ("orders", 1, 1, 0)])
+    with pytest.raises(DeltaNotHotError, match=r"delta 7 of table 'orders'.*does not exist"):
+        catalog.commit([("orders", 7, 1, 0)])
+    assert catalog.hot("customers").delta_num == 1  # untouched by the failed commit
+
+
+def test_commit_with_data_path_refuses_a_delta_reopened_by_someone_else(catalog):
+    first = _open(catalog, holder="crashed")
+    catalog.rollback("orders", 1)
+    catalog.open_hot("orders", "new", None, "/wh/orders/deltas/000000000001-y")
+    with pytest.raises(DeltaNotHotError, match="reopened by 'new'"):
+        catalog.commit([("orders", 1, 1, 0, first.data_path)])
+    assert catalog.hot("orders").holder == "new"
+
+
+def test_rollback_of_a_committed_delta_is_refused(catalog):
+    _open(catalog)
+    catalog.commit([("orders", 1, 1, 0)])
+    with pytest.raises(DeltaNotHotError, match="committed and cannot be rolled back"):
+        catalog.rollback("orders", 1)
+    assert catalog.rollback("orders", 5) is False
+
+
+def test_commit_ts_strictly_increases_even_when_the_clock_steps_back(catalog, monkeypatch):
+    stamps = []
+    for table, now in [("orders", 1000.0), ("customers", 900.0), ("orders", 900.0), ("customers", 1500.0)]:
+        hot = catalog.open_hot(table, "w", None, "/p")
+        with monkeypatch.context() as patch:
+            patch.setattr("offset_assets.control_plane.delta_catalog.time.time", lambda now=now: now)
+            stamps.append(catalog.commit([(table, hot.delta_num, 0, 0)]))
+    assert stamps[0] == 1000.0
+    assert stamps[1] == math.nextafter(1000.0, math.inf)
+    assert stamps[2] == math.nextafter(stamps[1], math.inf)
+    assert stamps[3] == 1500.0
+
+
+def test_delta_lookups_by_number_timestamp_and_range(catalog):
+    stamps = []
+    for _ in range(4):
+        hot = _open(catalog)
+        stamps.append(catalog.commit([("orders", hot.delta_num, 1, 0)]))
+    _open(catalog)  # hot delta 5
+    assert catalog.by_num("orders", 5).status == "hot"
+    assert catalog.by_num("orders", 9) is None
+    assert catalog.by_timestamp("orders", stamps[0] - 1) is None
+    assert catalog.by_timestamp("orders", stamps[2]).delta_num == 3
+    assert catalog.by_timestamp("orders", (stamps[2] + stamps[3]) / 2).delta_num == 3
+    assert catalog.by_timestamp("orders", stamps[3] + 1e6).delta_num == 4
+    assert [d.delta_num for d in catalog.committed("orders")] == [1, 2, 3, 4]
+    assert [d.delta_num for d in catalog.committed("orders", since_ts=stamps[1])] == [2, 3, 4]
+    assert [d.delta_num for d in catalog.committed("orders", since_ts=stamps[1], up_to_delta=3)] == [2, 3]
+    assert [d.delta_num for d in catalog.deltas("orders", limit=2)] == [5, 4]
+
+
+def test_snapshot_state_reads_last_deltas_and_clock_together(catalog):
+    assert catalog.snapshot_state(["orders", "customers"]) == ({"orders": 0, "customers": 0}, 0)
+    _open(catalog)
+    ts = catalog.commit([("orders", 1, 1, 0)])
+    _open(catalog)  # hot deltas are not part of the state
+    assert catalog.snapshot_state(["orders", "customers", "missing"]) == (
+        {"orders": 1, "customers": 0, "missing": 0},
+        ts,
+    )
+    assert catalog.snapshot_state([]) == ({}, ts)
+
+
+def test_snapshots_are_found_at_or_below_a_delta(catalog):
+    for _ in range(3):
+        hot = _open(catalog)
+        catalog.commit([("orders", hot.delta_num, 1, 0)])
+    catalog.add_snapshot("orders", 2, "/wh/orders/snapshots/2", 7)
+    assert catalog.snapshot_at("orders", 1) is None
+    assert catalog.snapshot_at("orders", 3).delta_num == 2
+    assert catalog.snapshot_at("orders", 3).row_count == 7
+    assert "/wh/orders/snapshots/2" in catalog.data_paths("orders")
+
+
+def test_register_table_keeps_the_first_definition(catalog):
+    spec = catalog.register_table("orders", ["other"], "{}")
+    assert spec.primary_key == ["id"]
+    assert catalog.tables() == ["customers", "orders"]
