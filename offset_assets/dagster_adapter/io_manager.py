@@ -27,7 +27,8 @@ recording and changelist runs need the engine to call the function itself: that 
 what `incremental_asset` does (see `assets.py`), on top of the same IO manager.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Dagster builds the resource's config schema
+# from its field annotations, which must be real types, not strings.
 
 import json
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ class OffsetIOManager(dg.ConfigurableIOManager):
     # -- incremental assets ----------------------------------------------------------------
 
     def _open_run(self, context: dg.InputContext, asset: IncrementalAsset) -> _OpenRun:
-        key = (context.run_id, asset.asset_key)
+        key = (context.step_context.run_id, asset.asset_key)
         if key in self._open_runs:
             return self._open_runs[key]
         if asset.spec.batch_size is not None or asset.spec.commit_mode != "end":
@@ -176,7 +177,7 @@ class OffsetIOManager(dg.ConfigurableIOManager):
         tags = context.step_context.run_tags
         reset = reset_reason(tags) if is_reset_run(tags) else None
         transformation = self.transformation(asset, _body_is_the_function(asset))
-        run = self.engine().open_run(transformation, run_id=context.run_id,
+        run = self.engine().open_run(transformation, run_id=context.step_context.run_id,
                                      reprocess_all=reset is not None)
         run.__enter__()
         try:
@@ -191,7 +192,7 @@ class OffsetIOManager(dg.ConfigurableIOManager):
         return self._open_runs[key]
 
     def _commit_run(self, context: dg.OutputContext, asset: IncrementalAsset, obj: Any) -> None:
-        open_run = self._open_runs.pop((context.run_id, asset.asset_key), None)
+        open_run = self._open_runs.pop((context.step_context.run_id, asset.asset_key), None)
         if open_run is None:
             raise dg.DagsterInvariantViolationError(
                 f"incremental asset {asset.asset_key.to_user_string()} loaded none of its "
@@ -228,7 +229,8 @@ class OffsetIOManager(dg.ConfigurableIOManager):
                 table_name_for(context.asset_key), list(declared.primary_key),
                 StructType.fromJson(json.loads(declared.schema_json)),
             )
-        info = table.write_delta(obj, holder=f"dagster:{context.run_id}", run_id=context.run_id)
+        run_id = context.step_context.run_id
+        info = table.write_delta(obj, holder=f"dagster:{run_id}", run_id=run_id)
         context.add_output_metadata({
             "table": dg.MetadataValue.text(table.name),
             "delta": dg.MetadataValue.int(info.delta_num),

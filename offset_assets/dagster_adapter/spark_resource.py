@@ -24,7 +24,8 @@ competing for the same cores. Hence:
 The control-plane parts of the adapter (offset checks, sensors) never ask for a session.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Dagster builds the resource's config schema
+# from its field annotations, which must be real types, not strings.
 
 import dagster as dg
 from pydantic import Field
