@@ -28,6 +28,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.dagster_adapter.metadata import IncrementalAsset, resolve_incremental
+from offset_assets.dagster_adapter.offset_store import OffsetStore
 
 DEFAULT_WARN_AFTER_S = 3600.0
 DEFAULT_ERROR_AFTER_S = 86400.0
@@ -43,11 +44,10 @@ def build_offset_checks(
     error_after_s: float = DEFAULT_ERROR_AFTER_S,
     max_backlog_versions: int = 0,
     error_backlog_versions: int | None = None,
-    offset_store_key: str = "offset_store",
 ) -> list[dg.AssetChecksDefinition]:
     """The `offset_age` and `offset_backlog` checks of every incremental asset given
     (assets without an incremental spec are skipped). They need the `OffsetStore`
-    resource under `offset_store_key`."""
+    resource under the key `offset_store`."""
     if not 0 <= warn_after_s <= error_after_s:
         raise ValueError(
             f"need 0 <= warn_after_s <= error_after_s, got {warn_after_s} and {error_after_s}"
@@ -60,18 +60,13 @@ def build_offset_checks(
             asset = resolve_incremental(assets_def, key)
             if asset is None:
                 continue
-            checks.append(
-                _age_check(asset, warn_after_s, error_after_s, offset_store_key)
-            )
-            checks.append(
-                _backlog_check(asset, max_backlog_versions, error_backlog_versions,
-                               offset_store_key)
-            )
+            checks.append(_age_check(asset, warn_after_s, error_after_s))
+            checks.append(_backlog_check(asset, max_backlog_versions, error_backlog_versions))
     return checks
 
 
-def _age_check(asset: IncrementalAsset, warn_after_s: float, error_after_s: float,
-               offset_store_key: str) -> dg.AssetChecksDefinition:
+def _age_check(asset: IncrementalAsset, warn_after_s: float,
+               error_after_s: float) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=asset.asset_key,
         name=OFFSET_AGE_CHECK,
@@ -79,17 +74,15 @@ def _age_check(asset: IncrementalAsset, warn_after_s: float, error_after_s: floa
             f"Seconds since each input's offset last advanced: WARN from {warn_after_s:g} s, "
             f"ERROR from {error_after_s:g} s (control plane only)."
         ),
-        required_resource_keys={offset_store_key},
     )
-    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        plane = getattr(context.resources, offset_store_key).control_plane()
-        return offset_age_result(plane, asset, warn_after_s, error_after_s)
+    def _check(offset_store: OffsetStore) -> dg.AssetCheckResult:
+        return offset_age_result(offset_store.control_plane(), asset, warn_after_s, error_after_s)
 
     return _check
 
 
-def _backlog_check(asset: IncrementalAsset, max_versions: int, error_versions: int | None,
-                   offset_store_key: str) -> dg.AssetChecksDefinition:
+def _backlog_check(asset: IncrementalAsset, max_versions: int,
+                   error_versions: int | None) -> dg.AssetChecksDefinition:
     limit = f", ERROR above {error_versions}" if error_versions is not None else ""
     @dg.asset_check(
         asset=asset.asset_key,
@@ -98,11 +91,9 @@ def _backlog_check(asset: IncrementalAsset, max_versions: int, error_versions: i
             f"Committed input versions beyond the offsets: WARN above {max_versions}{limit} "
             "(control plane only)."
         ),
-        required_resource_keys={offset_store_key},
     )
-    def _check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        plane = getattr(context.resources, offset_store_key).control_plane()
-        return backlog_result(plane, asset, max_versions, error_versions)
+    def _check(offset_store: OffsetStore) -> dg.AssetCheckResult:
+        return backlog_result(offset_store.control_plane(), asset, max_versions, error_versions)
 
     return _check
 
@@ -119,8 +110,8 @@ def offset_age_result(plane: ControlPlane, asset: IncrementalAsset, warn_after_s
     }
     catalog = DeltaCatalog(plane)
     metadata: dict[str, dg.MetadataValue] = {
-        "warn_after_s": dg.MetadataValue.float(warn_after_s),
-        "error_after_s": dg.MetadataValue.float(error_after_s),
+        "warn_after_s": dg.MetadataValue.float(float(warn_after_s)),
+        "error_after_s": dg.MetadataValue.float(float(error_after_s)),
     }
     severity: dg.AssetCheckSeverity | None = None
     problems: list[str] = []
@@ -133,7 +124,7 @@ def offset_age_result(plane: ControlPlane, asset: IncrementalAsset, warn_after_s
             metadata[f"offset_age_s.{name}"] = dg.MetadataValue.null()
             continue
         age = row["offset_age_seconds"]
-        metadata[f"offset_age_s.{name}"] = dg.MetadataValue.float(round(age, 1))
+        metadata[f"offset_age_s.{name}"] = dg.MetadataValue.float(round(float(age), 1))
         metadata[f"offset.{name}"] = dg.MetadataValue.timestamp(row["update_ts_offset"])
         if age >= error_after_s:
             severity = dg.AssetCheckSeverity.ERROR

@@ -23,6 +23,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.dagster_adapter.metadata import IncrementalAsset, resolve_incremental
+from offset_assets.dagster_adapter.offset_store import OffsetStore
 
 
 def new_input_commits(plane: ControlPlane, transformation_id: str, input_tables: Iterable[str],
@@ -50,10 +51,10 @@ def build_offset_sensor(
     name: str | None = None,
     minimum_interval_seconds: int = 30,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
-    offset_store_key: str = "offset_store",
 ) -> dg.SensorDefinition:
     """A sensor requesting a run of the incremental asset `assets_def` whenever one of
-    its inputs has commits beyond its offsets. Needs the `OffsetStore` resource."""
+    its inputs has commits beyond its offsets. Needs the `OffsetStore` resource under
+    the key `offset_store`."""
     asset = resolve_incremental(assets_def)
     if asset is None:
         raise dg.DagsterInvalidDefinitionError(
@@ -65,15 +66,14 @@ def build_offset_sensor(
         target=[asset.asset_key],
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
-        required_resource_keys={offset_store_key},
         description=(
             f"Materializes {asset.asset_key.to_user_string()} when {', '.join(asset.input_tables)} "
             "have commits beyond its offsets (control plane only, no Spark)."
         ),
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        plane = getattr(context.resources, offset_store_key).control_plane()
-        return evaluate_offset_sensor(plane, asset, context.cursor)
+    def _sensor(context: dg.SensorEvaluationContext,
+                offset_store: OffsetStore) -> dg.SensorResult | dg.SkipReason:
+        return evaluate_offset_sensor(offset_store.control_plane(), asset, context.cursor)
 
     return _sensor
 

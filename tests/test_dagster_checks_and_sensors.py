@@ -1,0 +1,229 @@
+"""Offset checks, the offset sensor, schedules and backfill tags: control plane only.
+
+No Spark here: input deltas are committed straight into the delta catalog (as an
+ingestion would), offsets are set through the `OffsetStore`, and their age is set in
+`transform_input_offset.updated_at` with SQL.
+"""
+
+import json
+import time
+import uuid
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.schema import transform_input_offset
+from offset_assets.dagster_adapter import (
+    OffsetIOManager,
+    OffsetStore,
+    SparkSessionResource,
+    build_incremental_schedule,
+    build_offset_checks,
+    build_offset_checks_schedule,
+    build_offset_sensor,
+    incremental_asset,
+    is_reset_run,
+)
+from offset_assets.dagster_adapter.checks import (
+    DEFAULT_ERROR_AFTER_S,
+    DEFAULT_WARN_AFTER_S,
+    offset_age_result,
+)
+from offset_assets.dagster_adapter.metadata import resolve_incremental
+from tests.engine_story import ENRICHED, POSTS, PROFILES, enrich
+
+TID = "enriched_posts"
+
+
+@pytest.fixture
+def store(sqlite_url):
+    return OffsetStore(db_url=sqlite_url)
+
+
+@pytest.fixture
+def catalog(sqlite_url):
+    catalog = DeltaCatalog(connect(sqlite_url))
+    catalog.register_table("posts", ["post_id"], POSTS.json())
+    catalog.register_table("profiles", ["id"], PROFILES.json())
+    return catalog
+
+
+@pytest.fixture
+def enriched():
+    return incremental_asset(
+        name=TID, transform_keys=["post_id"], primary_key=["post_id"], schema=ENRICHED,
+        join_keys={"profiles": {"user_id": "id"}},
+    )(enrich)
+
+
+def commit(catalog: DeltaCatalog, table: str, upserted: int = 1, deleted: int = 0) -> float:
+    """Commit one delta of `table` holding that many versions; returns its commit_ts."""
+    hot = catalog.open_hot(table, "ingestion", None, f"/warehouse/{table}/{uuid.uuid4().hex}")
+    return catalog.commit([(table, hot.delta_num, upserted, deleted)])
+
+
+def age_offset(store: OffsetStore, table: str, seconds: float) -> None:
+    with store.control_plane().begin() as conn:
+        conn.execute(
+            sa.update(transform_input_offset)
+            .where(transform_input_offset.c.transformation_id == TID,
+                   transform_input_offset.c.input_table_name == table)
+            .values(updated_at=time.time() - seconds)
+        )
+
+
+def run_checks(enriched, store, **thresholds) -> dict[str, dg.AssetCheckEvaluation]:
+    """Evaluate the offset checks alone, through the job of their schedule."""
+    checks = build_offset_checks(enriched, **thresholds)
+    defs = dg.Definitions(
+        assets=[enriched],
+        asset_checks=checks,
+        schedules=[build_offset_checks_schedule(checks, "*/15 * * * *")],
+        resources={
+            "offset_store": store,
+            "io_manager": OffsetIOManager(offset_store=store, spark=SparkSessionResource()),
+        },
+    )
+    result = defs.resolve_job_def("offset_checks_job").execute_in_process()
+    assert result.get_asset_materialization_events() == []  # checks only, nothing materialized
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+@pytest.mark.parametrize(
+    ("posts_age_s", "passed", "severity"),
+    [
+        (10, True, None),
+        (3700, False, dg.AssetCheckSeverity.WARN),
+        (90000, False, dg.AssetCheckSeverity.ERROR),
+    ],
+)
+def test_offset_age_check_passes_under_an_hour_warns_after_and_errors_after_a_day(
+        enriched, store, catalog, posts_age_s, passed, severity):
+    ts = {name: commit(catalog, name) for name in ("posts", "profiles")}
+    store.update_offsets_bulk({(TID, name): value for name, value in ts.items()})
+    age_offset(store, "profiles", 5)
+    age_offset(store, "posts", posts_age_s)
+
+    age = run_checks(enriched, store)["offset_age"]
+    assert age.passed is passed
+    assert (None if passed else age.severity) == severity
+    # the age is measured when the check runs: allow for a slow machine
+    assert age.metadata["offset_age_s.posts"].value == pytest.approx(posts_age_s, abs=60)
+    assert age.metadata["offset_age_s.profiles"].value == pytest.approx(5, abs=60)
+
+
+@pytest.mark.parametrize(
+    ("age_s", "severity"),
+    [(3599.9, None), (3600, dg.AssetCheckSeverity.WARN), (86399.9, dg.AssetCheckSeverity.WARN),
+     (86400, dg.AssetCheckSeverity.ERROR)],
+)
+def test_offset_age_boundaries_are_inclusive(enriched, store, catalog, age_s, severity):
+    store.update_offsets_bulk({(TID, "posts"): commit(catalog, "posts")})
+    [row] = store.get_statistics(transformation_id=TID)
+    result = offset_age_result(store.control_plane(), resolve_incremental(enriched),
+                               DEFAULT_WARN_AFTER_S, DEFAULT_ERROR_AFTER_S,
+                               now=row["updated_at"] + age_s)
+    assert (None if result.passed else result.severity) == severity
+
+
+def test_offset_age_thresholds_are_configurable(enriched, store, catalog):
+    store.update_offsets_bulk({(TID, "posts"): commit(catalog, "posts")})
+    age_offset(store, "posts", 120)
+    age = run_checks(enriched, store, warn_after_s=60, error_after_s=100)["offset_age"]
+    assert not age.passed and age.severity == dg.AssetCheckSeverity.ERROR
+
+
+def test_input_without_offset_passes_while_empty_and_warns_once_it_has_data(
+        enriched, store, catalog):
+    assert run_checks(enriched, store)["offset_age"].passed
+    commit(catalog, "posts")
+    age = run_checks(enriched, store)["offset_age"]
+    assert not age.passed and age.severity == dg.AssetCheckSeverity.WARN
+    assert "posts: has committed data but no offset yet" in age.description
+
+
+def test_backlog_check_counts_committed_versions_beyond_the_offset(enriched, store, catalog):
+    offset = commit(catalog, "posts", upserted=3)
+    commit(catalog, "profiles", upserted=2)
+    store.update_offsets_bulk({(TID, "posts"): offset, (TID, "profiles"): commit(catalog, "profiles")})
+    assert run_checks(enriched, store)["offset_backlog"].passed  # the boundary delta is done
+
+    commit(catalog, "posts", upserted=4, deleted=1)
+    commit(catalog, "posts", upserted=0)  # a write that changed nothing is no backlog
+    backlog = run_checks(enriched, store)["offset_backlog"]
+    assert not backlog.passed and backlog.severity == dg.AssetCheckSeverity.WARN
+    assert backlog.metadata["backlog_versions.posts"].value == 5
+    assert backlog.metadata["backlog_deltas.posts"].value == 1
+    assert backlog.metadata["backlog_versions.profiles"].value == 0
+
+    tolerant = run_checks(enriched, store, max_backlog_versions=5)["offset_backlog"]
+    assert tolerant.passed
+    strict = run_checks(enriched, store, error_backlog_versions=4)["offset_backlog"]
+    assert strict.severity == dg.AssetCheckSeverity.ERROR
+
+
+def test_sensor_requests_a_run_only_for_new_commits_beyond_the_offsets_and_advances_its_cursor(
+        enriched, store, catalog):
+    sensor = build_offset_sensor(enriched)
+
+    def tick(cursor):
+        return sensor(dg.build_sensor_context(cursor=cursor, resources={"offset_store": store}))
+
+    assert isinstance(tick(None), dg.SkipReason)  # no input data yet
+
+    posts_ts = commit(catalog, "posts")
+    requested = tick(None)
+    [request] = requested.run_requests
+    assert request.asset_selection == [dg.AssetKey(TID)]
+    assert json.loads(requested.cursor) == {"posts": posts_ts}
+
+    assert isinstance(tick(requested.cursor), dg.SkipReason)  # same commits: not twice
+
+    store.update_offsets_bulk({(TID, "posts"): posts_ts})  # the requested run committed
+    assert isinstance(tick(None), dg.SkipReason)  # nothing beyond the offset
+
+    commit(catalog, "posts", upserted=0)
+    assert isinstance(tick(requested.cursor), dg.SkipReason)  # empty delta: no new work
+
+    profiles_ts = commit(catalog, "profiles")
+    again = tick(requested.cursor)
+    assert len(again.run_requests) == 1
+    assert json.loads(again.cursor) == {"posts": posts_ts, "profiles": profiles_ts}
+
+
+def test_definitions_with_checks_sensor_and_schedules_load(enriched, store):
+    checks = build_offset_checks(enriched)
+    defs = dg.Definitions(
+        assets=[enriched],
+        asset_checks=checks,
+        sensors=[build_offset_sensor(enriched)],
+        schedules=[
+            build_incremental_schedule([enriched], "0 * * * *", name="hourly_enrichment"),
+            build_offset_checks_schedule(checks, "*/15 * * * *"),
+        ],
+        resources={
+            "offset_store": store,
+            "io_manager": OffsetIOManager(offset_store=store, spark=SparkSessionResource()),
+        },
+        executor=dg.in_process_executor,
+    )
+    dg.Definitions.validate_loadable(defs)
+    assert {key.name for key in defs.resolve_asset_graph().asset_check_keys} == {
+        "offset_age", "offset_backlog"}
+
+
+@pytest.mark.parametrize(
+    ("tags", "resets"),
+    [
+        ({}, False),
+        ({"dagster/backfill": "abc"}, True),
+        ({"offset_assets/reset": "true"}, True),
+        ({"offset_assets/reset": "false"}, False),
+        ({"offset_assets/reset": "0"}, False),
+    ],
+)
+def test_backfill_and_reset_tags_ask_for_a_reset(tags, resets):
+    assert is_reset_run(tags) is resets
