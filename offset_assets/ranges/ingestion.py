@@ -164,26 +164,9 @@ class RangeIngestion:
     def history(self) -> list[JobRecord]:
         return self.log.history(self.job.name)
 
-    def plan_inputs(self, now: datetime | None = None) -> PlanInputs:
-        """Read the outside facts the job's planner needs (source max id, offsets, upstream)."""
-        planner = self.job.planner
-        if isinstance(planner, TimeWindowPlanner):
-            return PlanInputs(now=now or datetime.fromtimestamp(self._clock(), UTC))
-        if isinstance(planner, AutoIncrementIdPlanner):
-            max_id = getattr(self.job.source, "max_id", None)
-            if max_id is None:
-                raise PlanningError(f"job {self.job.name!r}: id ranges need a source with max_id()")
-            return PlanInputs(source_max_id=max_id())
-        if isinstance(planner, KafkaOffsetPlanner):
-            latest = getattr(self.job.source, "latest_offsets", None)
-            return PlanInputs(latest_offsets=latest() if latest else None)
-        if isinstance(planner, UpstreamPlanner):
-            return PlanInputs(upstream_history=self.log.history(planner.upstream_job))
-        raise PlanningError(f"job {self.job.name!r}: unknown planner {planner!r}")
-
     def plan(self, now: datetime | None = None) -> list[DataRange]:
         """The ranges due now, in the order they must run (a failed one first)."""
-        return self.job.planner.plan(self.history(), self.plan_inputs(now))
+        return plan_ranges(self.job, self.log, now)
 
     # -- running ------------------------------------------------------------------------
 
@@ -296,6 +279,30 @@ class RangeIngestion:
             if self.log.mark_failure(claim.job_id, error, conn=conn, run_id=claim.run_id):
                 for step in steps.failed(error):
                     self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
+
+
+def plan_inputs(job: IngestionJob, log: JobLog, now: datetime | None = None) -> PlanInputs:
+    """Read the outside facts the job's planner needs (source max id, Kafka offsets,
+    upstream job log); no Spark, so sensors can call it."""
+    planner = job.planner
+    if isinstance(planner, TimeWindowPlanner):
+        return PlanInputs(now=now or datetime.now(UTC))
+    if isinstance(planner, AutoIncrementIdPlanner):
+        max_id = getattr(job.source, "max_id", None)
+        if max_id is None:
+            raise PlanningError(f"job {job.name!r}: id ranges need a source with max_id()")
+        return PlanInputs(source_max_id=max_id())
+    if isinstance(planner, KafkaOffsetPlanner):
+        latest = getattr(job.source, "latest_offsets", None)
+        return PlanInputs(latest_offsets=latest() if latest else None)
+    if isinstance(planner, UpstreamPlanner):
+        return PlanInputs(upstream_history=log.history(planner.upstream_job))
+    raise PlanningError(f"job {job.name!r}: unknown planner {planner!r}")
+
+
+def plan_ranges(job: IngestionJob, log: JobLog, now: datetime | None = None) -> list[DataRange]:
+    """The job's due ranges from its job_log history, in run order."""
+    return job.planner.plan(log.history(job.name), plan_inputs(job, log, now))
 
 
 def _one_line(exc: BaseException) -> str:

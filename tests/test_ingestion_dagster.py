@@ -1,0 +1,226 @@
+"""Ingestion assets in real Dagster runs: time-window and dynamic range partitions."""
+
+import contextlib
+from datetime import datetime, timedelta
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+from pyspark.sql import types as T
+
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.dagster_adapter import OffsetIOManager, OffsetStore, SparkSessionResource
+from offset_assets.dagster_adapter.ingestion_assets import (
+    build_ingestion_schedule,
+    build_ingestion_sensor,
+    evaluate_ingestion_sensor,
+    ingestion_asset,
+)
+from offset_assets.dagster_adapter.partitions import (
+    period_cron,
+    range_from_partition_key,
+    range_partition_key,
+)
+from offset_assets.ranges.errors import PlanningError
+from offset_assets.ranges.ingestion import IngestionJob, TargetTable
+from offset_assets.ranges.planners import (
+    AutoIncrementIdPlanner,
+    DataRange,
+    RangeKind,
+    TimeWindowPlanner,
+)
+from offset_assets.ranges.sources import SqlTableSource
+from offset_assets.versioned.table import VersionedTable
+
+CUSTOMERS = T.StructType([
+    T.StructField("id", T.LongType(), False),
+    T.StructField("name", T.StringType()),
+    T.StructField("city", T.StringType()),
+])
+
+
+@pytest.fixture
+def source_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "CREATE TABLE customers (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, city TEXT, "
+            "created_at DATETIME)"))
+    engine.dispose()
+    return url
+
+
+def execute(url, sql, **params):
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(sql), params)
+    engine.dispose()
+
+
+def add_customer(url, name, city, day):
+    execute(url, "INSERT INTO customers (name, city, created_at) VALUES (:n, :c, :t)",
+            n=name, c=city, t=f"2022-01-{day:02d} 10:00:00.000000")
+
+
+@pytest.fixture
+def stack():
+    with contextlib.ExitStack() as exit_stack:
+        yield exit_stack
+
+
+@pytest.fixture
+def resources(sqlite_url, warehouse):
+    store = OffsetStore(db_url=sqlite_url)
+    return {
+        "io_manager": OffsetIOManager(offset_store=store, spark=SparkSessionResource(),
+                                      warehouse=warehouse),
+        "offset_store": store,
+    }
+
+
+def table_state(spark, sqlite_url, warehouse, name):
+    table = VersionedTable(spark, connect(sqlite_url), name, ["id"], CUSTOMERS, warehouse=warehouse)
+    rows = sorted(tuple(r) for r in table.read_actual().select("id", "name", "city").collect())
+    return rows, table.last_committed().delta_num
+
+
+def metadata_of(result, key):
+    [event] = result.asset_materializations_for_node(key)
+    return {name: value.value for name, value in event.metadata.items()}
+
+
+def test_range_partition_keys_are_readable_and_round_trip():
+    cases = [
+        (DataRange(RangeKind.AUTO_INC_ID, "1000", "2000"), "id:1000-2000"),
+        (DataRange(RangeKind.UPSTREAM, "20220101000000", "20220102000000"),
+         "upstream:20220101000000-20220102000000"),
+        (DataRange(RangeKind.KAFKA_OFFSET, '{"orders":{"0":120,"1":98}}', None),
+         "kafka:orders/0@120,orders/1@98"),
+        (DataRange(RangeKind.KAFKA_OFFSET, "{}", None), "kafka:earliest"),
+    ]
+    for data_range, key in cases:
+        assert range_partition_key(data_range) == key
+        assert range_from_partition_key(key) == data_range
+    with pytest.raises(PlanningError, match="not a range key"):
+        range_from_partition_key("2022-01-01")
+
+
+def test_partition_cadence_follows_the_period_from_default_start():
+    assert period_cron(datetime(2022, 1, 1), timedelta(days=1)) == "0 0 * * *"
+    assert period_cron(datetime(2022, 1, 1, 6, 30), timedelta(hours=6)) == "30 0-23/6 * * *"
+    assert period_cron(datetime(2022, 1, 1, 0, 5), timedelta(minutes=15)) == "5-59/15 * * * *"
+    with pytest.raises(PlanningError, match="90 minutes"):
+        period_cron(datetime(2022, 1, 1), timedelta(minutes=90))
+
+
+def daily_job(source_url):
+    return IngestionJob(
+        "daily_customers",
+        SqlTableSource(source_url, "customers", time_column="created_at",
+                       columns=["id", "name", "city"]),
+        TimeWindowPlanner(datetime(2022, 1, 1), timedelta(days=1)),
+        TargetTable("daily_customers", ["id"], CUSTOMERS),
+    )
+
+
+def test_time_window_partitions_ingest_in_order_and_a_backfill_reingests(
+        spark, sqlite_url, warehouse, source_url, resources):
+    add_customer(source_url, "ann", "Oslo", 1)
+    add_customer(source_url, "bob", "Rome", 2)
+    asset = ingestion_asset(daily_job(source_url))
+    assert asset.partitions_def.get_partition_keys(datetime(2022, 1, 3))[:2] == [
+        "2022-01-01", "2022-01-02"]
+
+    first = dg.materialize([asset], partition_key="2022-01-01", resources=resources)
+    meta = metadata_of(first, "daily_customers")
+    assert (meta["data_range_start"], meta["data_range_end"], meta["rows_upserted"]) == (
+        "20220101000000", "20220102000000", 1)
+    assert meta["log_driven_type"] == "timewindow"
+
+    early = dg.materialize([asset], partition_key="2022-01-03", resources=resources,
+                           raise_on_error=False)
+    assert not early.success
+    failure = early.get_step_failure_events()[0].step_failure_data.error.message
+    assert "waits for earlier range '20220102000000'" in failure
+
+    dg.materialize([asset], partition_key="2022-01-02", resources=resources)
+    assert table_state(spark, sqlite_url, warehouse, "daily_customers") == (
+        [(1, "ann", "Oslo"), (2, "bob", "Rome")], 2)
+
+    # A backfill of day 1 with nothing changed at the source: no new version.
+    backfill = {"dagster/backfill": "bf1"}
+    again = dg.materialize([asset], partition_key="2022-01-01", resources=resources, tags=backfill)
+    meta = metadata_of(again, "daily_customers")
+    assert (meta["refresh"], meta["rows_unchanged"], meta["rows_upserted"]) == (True, 1, 0)
+    assert "delta_num" not in meta
+    # Day 1 corrected at the source: the backfill records the new version only.
+    execute(source_url, "UPDATE customers SET city = 'Bergen' WHERE name = 'ann'")
+    fixed = dg.materialize([asset], partition_key="2022-01-01", resources=resources, tags=backfill)
+    assert metadata_of(fixed, "daily_customers")["delta_num"] == 3
+    assert table_state(spark, sqlite_url, warehouse, "daily_customers") == (
+        [(1, "ann", "Bergen"), (2, "bob", "Rome")], 3)
+    day1 = JobLog(connect(sqlite_url)).get_range("daily_customers", "20220101000000")
+    assert (day1.status, day1.attempt, day1.run_id) == ("SUCCESS", 3, fixed.run_id)
+
+
+def test_a_sensor_adds_id_range_partitions_and_runs_them_in_order(
+        spark, sqlite_url, warehouse, source_url, resources, stack):
+    job = IngestionJob(
+        "customers_by_id", SqlTableSource(source_url, "customers", id_column="id",
+                                          columns=["id", "name", "city"]),
+        AutoIncrementIdPlanner(), TargetTable("customers_by_id", ["id"], CUSTOMERS),
+    )
+    asset = ingestion_asset(job)
+    sensor = build_ingestion_sensor(job, asset)
+    instance = stack.enter_context(dg.instance_for_test())
+    plane = connect(sqlite_url)
+
+    assert isinstance(evaluate_ingestion_sensor(job, asset.partitions_def, plane, instance),
+                      dg.SkipReason)
+    add_customer(source_url, "ann", "Oslo", 1)
+    add_customer(source_url, "bob", "Rome", 1)
+    repository = dg.Definitions(assets=[asset], sensors=[sensor],
+                                resources=resources).get_repository_def()
+    with dg.build_sensor_context(instance_ref=instance.get_ref(), repository_def=repository,
+                                 resources={"offset_store": resources["offset_store"]}) as context:
+        tick = sensor.evaluate_tick(context)
+    assert [r.partition_key for r in tick.run_requests] == ["id:0-2"]
+    assert tick.dynamic_partitions_requests[0].partition_keys == ["id:0-2"]
+    instance.add_dynamic_partitions("customers_by_id_ranges", ["id:0-2"])
+
+    add_customer(source_url, "cid", "Lima", 2)  # lands after the range was planned
+    run = dg.materialize([asset], partition_key="id:0-2", resources=resources, instance=instance)
+    assert metadata_of(run, "customers_by_id")["rows_read"] == 2
+    row = JobLog(plane).get_range("customers_by_id", "0")
+    assert (row.status, row.data_range_end, row.run_id) == ("SUCCESS", "2", run.run_id)
+
+    tick = evaluate_ingestion_sensor(job, asset.partitions_def, plane, instance)
+    assert [r.partition_key for r in tick.run_requests] == ["id:2-3"]
+    assert [r.run_key for r in tick.run_requests] == ["id:2-3#1"]
+    instance.add_dynamic_partitions("customers_by_id_ranges", ["id:2-3"])
+    dg.materialize([asset], partition_key="id:2-3", resources=resources, instance=instance)
+    assert table_state(spark, sqlite_url, warehouse, "customers_by_id") == (
+        [(1, "ann", "Oslo"), (2, "bob", "Rome"), (3, "cid", "Lima")], 2)
+    assert isinstance(evaluate_ingestion_sensor(job, asset.partitions_def, plane, instance),
+                      dg.SkipReason)
+
+
+def test_ingestion_definitions_load(source_url, resources):
+    daily = ingestion_asset(daily_job(source_url), group_name="ingestion")
+    by_id_job = IngestionJob("by_id", SqlTableSource(source_url, "customers", id_column="id"),
+                             AutoIncrementIdPlanner(), TargetTable("by_id", ["id"], CUSTOMERS))
+    by_id = ingestion_asset(by_id_job)
+    defs = dg.Definitions(
+        assets=[daily, by_id],
+        sensors=[build_ingestion_sensor(by_id_job, by_id)],
+        schedules=[build_ingestion_schedule(daily)],
+        resources=resources,
+    )
+    dg.Definitions.validate_loadable(defs)
+    assert defs.get_schedule_def("daily_customers_schedule").cron_schedule == "0 0 * * *"
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="dynamic range partitions"):
+        build_ingestion_sensor(daily_job(source_url), daily)
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="name the target table"):
+        ingestion_asset(by_id_job, key_prefix="raw")
