@@ -117,7 +117,7 @@ def test_commit_with_data_path_refuses_a_delta_reopened_by_someone_else(catalog)
     first = _open(catalog, holder="crashed")
     catalog.rollback("orders", 1)
     catalog.open_hot("orders", "new", None, "/wh/orders/deltas/000000000001-y")
-    with pytest.raises(DeltaNotHotError, match="reopened by 'new'"):
+    with pytest.raises(DeltaNotHotError, match="rolled back and the number reused by 'new'"):
         catalog.commit([("orders", 1, 1, 0, first.data_path)])
     assert catalog.hot("orders").holder == "new"
 

@@ -144,14 +144,10 @@ class DeltaCatalog:
 
     def table_spec(self, name: str) -> TableSpec | None:
         with self.plane.begin() as conn:
-            row = conn.execute(
-                sa.select(versioned_table).where(versioned_table.c.table_name == name)
-            ).first()
+            row = conn.execute(sa.select(versioned_table).where(versioned_table.c.table_name == name)).first()
         if row is None:
             return None
-        return TableSpec(
-            row.table_name, json.loads(row.primary_key), row.schema_json, row.created_at
-        )
+        return TableSpec(row.table_name, json.loads(row.primary_key), row.schema_json, row.created_at)
 
     def update_schema(self, name: str, expected_schema_json: str, new_schema_json: str) -> bool:
         """Compare-and-set of a table's schema (compatible evolution); False when the stored
@@ -167,9 +163,7 @@ class DeltaCatalog:
 
     def tables(self) -> list[str]:
         with self.plane.begin() as conn:
-            rows = conn.execute(
-                sa.select(versioned_table.c.table_name).order_by(versioned_table.c.table_name)
-            )
+            rows = conn.execute(sa.select(versioned_table.c.table_name).order_by(versioned_table.c.table_name))
             return [row[0] for row in rows]
 
     # -- writing: hot delta, commit, rollback -------------------------------------------
@@ -213,17 +207,14 @@ class DeltaCatalog:
                             opened_at=opened_at,
                         )
                     )
-                return DeltaInfo(
-                    table_name, num, HOT, path, None, holder, run_id, None, None, opened_at
-                )
+                return DeltaInfo(table_name, num, HOT, path, None, holder, run_id, None, None, opened_at)
             except IntegrityError:
                 continue  # a concurrent opener or commit took the number: look again
         held = self.hot(table_name)
         if held is not None:
             raise HotDeltaHeldError(table_name, held)
         raise DeltaCatalogError(
-            f"table {table_name!r}: could not open a hot delta "
-            f"after {OPEN_ATTEMPTS} attempts (concurrent writers)"
+            f"table {table_name!r}: could not open a hot delta after {OPEN_ATTEMPTS} attempts (concurrent writers)"
         )
 
     def commit(self, hot: Sequence[HotCommit], on_commit: OnCommit | None = None) -> float:
@@ -237,9 +228,7 @@ class DeltaCatalog:
         seen: set[tuple[str, int]] = set()
         for item in hot:
             if (item[0], item[1]) in seen:
-                raise DeltaNotHotError(
-                    f"table {item[0]!r}: delta {item[1]} listed twice in one commit"
-                )
+                raise DeltaNotHotError(f"table {item[0]!r}: delta {item[1]} listed twice in one commit")
             seen.add((item[0], item[1]))
         with self.plane.begin() as conn:
             commit_ts = self._bump_clock(conn)
@@ -261,9 +250,8 @@ class DeltaCatalog:
                     )
                 )
                 if result.rowcount != 1:
-                    raise DeltaNotHotError(
-                        self._not_hot_message(conn, table_name, delta_num, "commit")
-                    )
+                    path = item[4] if len(item) > 4 else None
+                    raise DeltaNotHotError(self._not_hot_message(conn, table_name, delta_num, path))
             if on_commit is not None:
                 on_commit(conn, commit_ts)
         return commit_ts
@@ -276,9 +264,7 @@ class DeltaCatalog:
             sa.select(commit_clock.c.last_commit_ts).where(commit_clock.c.id == 1).with_for_update()
         ).scalar_one()
         commit_ts = max(time.time(), math.nextafter(last, math.inf))
-        conn.execute(
-            commit_clock.update().where(commit_clock.c.id == 1).values(last_commit_ts=commit_ts)
-        )
+        conn.execute(commit_clock.update().where(commit_clock.c.id == 1).values(last_commit_ts=commit_ts))
         return commit_ts
 
     def rollback(self, table_name: str, delta_num: int, data_path: str | None = None) -> bool:
@@ -303,26 +289,22 @@ class DeltaCatalog:
                 )
             ).scalar()
         if status == COMMITTED:
-            raise DeltaNotHotError(
-                f"table {table_name!r}: delta {delta_num} is committed and cannot be rolled back"
-            )
+            raise DeltaNotHotError(f"table {table_name!r}: delta {delta_num} is committed and cannot be rolled back")
         return False
 
-    def _not_hot_message(
-        self, conn: Connection, table_name: str, delta_num: int, action: str
-    ) -> str:
+    def _not_hot_message(self, conn: Connection, table_name: str, delta_num: int, data_path: str | None) -> str:
         row = conn.execute(
-            sa.select(table_delta.c.status, table_delta.c.holder).where(
+            sa.select(table_delta.c.status, table_delta.c.holder, table_delta.c.data_path).where(
                 table_delta.c.table_name == table_name, table_delta.c.delta_num == delta_num
             )
         ).first()
         if row is None:
             why = "it does not exist (never opened, or rolled back)"
-        elif row.status == COMMITTED:
-            why = "it is already committed"
+        elif data_path is not None and row.data_path != data_path:
+            why = f"it was rolled back and the number reused by {row.holder!r} ({row.status})"
         else:
-            why = f"it was rolled back and reopened by {row.holder!r}"
-        return f"cannot {action} delta {delta_num} of table {table_name!r}: {why}"
+            why = "it is already committed"
+        return f"cannot commit delta {delta_num} of table {table_name!r}: {why}"
 
     # -- delta information ---------------------------------------------------------------
 
@@ -336,17 +318,13 @@ class DeltaCatalog:
 
     def hot(self, table_name: str) -> DeltaInfo | None:
         return self._one(
-            sa.select(table_delta).where(
-                table_delta.c.table_name == table_name, table_delta.c.status == HOT
-            )
+            sa.select(table_delta).where(table_delta.c.table_name == table_name, table_delta.c.status == HOT)
         )
 
     def by_num(self, table_name: str, delta_num: int) -> DeltaInfo | None:
         """The delta numbered `delta_num`, hot or committed."""
         return self._one(
-            sa.select(table_delta).where(
-                table_delta.c.table_name == table_name, table_delta.c.delta_num == delta_num
-            )
+            sa.select(table_delta).where(table_delta.c.table_name == table_name, table_delta.c.delta_num == delta_num)
         )
 
     def by_timestamp(self, table_name: str, ts: float) -> DeltaInfo | None:
@@ -366,17 +344,13 @@ class DeltaCatalog:
         self, table_name: str, since_ts: float | None = None, up_to_delta: int | None = None
     ) -> list[DeltaInfo]:
         """Committed deltas in number order; `since_ts` inclusive (commit_ts >= since_ts)."""
-        query = sa.select(table_delta).where(
-            table_delta.c.table_name == table_name, table_delta.c.status == COMMITTED
-        )
+        query = sa.select(table_delta).where(table_delta.c.table_name == table_name, table_delta.c.status == COMMITTED)
         if since_ts is not None:
             query = query.where(table_delta.c.commit_ts >= since_ts)
         if up_to_delta is not None:
             query = query.where(table_delta.c.delta_num <= up_to_delta)
         with self.plane.begin() as conn:
-            return [
-                _delta_info(row) for row in conn.execute(query.order_by(table_delta.c.delta_num))
-            ]
+            return [_delta_info(row) for row in conn.execute(query.order_by(table_delta.c.delta_num))]
 
     def deltas(self, table_name: str, limit: int | None = None) -> list[DeltaInfo]:
         """All deltas of a table, hot included, newest first (the CLI listing)."""
@@ -393,9 +367,7 @@ class DeltaCatalog:
     def last_commit_ts(self) -> float:
         """The commit clock: the timestamp of the latest commit of any table (0 before any)."""
         with self.plane.begin() as conn:
-            return conn.execute(
-                sa.select(commit_clock.c.last_commit_ts).where(commit_clock.c.id == 1)
-            ).scalar_one()
+            return conn.execute(sa.select(commit_clock.c.last_commit_ts).where(commit_clock.c.id == 1)).scalar_one()
 
     def snapshot_state(self, tables: Sequence[str]) -> tuple[dict[str, int], float]:
         """Last committed delta of each table (0 when none) and the commit clock, read as one
@@ -434,9 +406,7 @@ class DeltaCatalog:
 
     # -- snapshots (compaction) ----------------------------------------------------------
 
-    def add_snapshot(
-        self, table_name: str, delta_num: int, data_path: str, row_count: int
-    ) -> SnapshotInfo:
+    def add_snapshot(self, table_name: str, delta_num: int, data_path: str, row_count: int) -> SnapshotInfo:
         """Record a compacted snapshot of committed delta `delta_num` (its files are written)."""
         with self.plane.begin() as conn:
             status = conn.execute(
@@ -445,9 +415,7 @@ class DeltaCatalog:
                 )
             ).scalar()
             if status != COMMITTED:
-                raise DeltaCatalogError(
-                    f"table {table_name!r}: cannot snapshot delta {delta_num}: it is not committed"
-                )
+                raise DeltaCatalogError(f"table {table_name!r}: cannot snapshot delta {delta_num}: it is not committed")
             created_at = time.time()
             conn.execute(
                 table_snapshot.insert().values(
@@ -486,15 +454,9 @@ class DeltaCatalog:
     def data_paths(self, table_name: str) -> set[str]:
         """Every path the catalog references for a table (deltas hot or committed, snapshots)."""
         with self.plane.begin() as conn:
-            deltas = conn.execute(
-                sa.select(table_delta.c.data_path).where(table_delta.c.table_name == table_name)
-            )
+            deltas = conn.execute(sa.select(table_delta.c.data_path).where(table_delta.c.table_name == table_name))
             paths = {row[0] for row in deltas}
-            snaps = conn.execute(
-                sa.select(table_snapshot.c.data_path).where(
-                    table_snapshot.c.table_name == table_name
-                )
-            )
+            snaps = conn.execute(sa.select(table_snapshot.c.data_path).where(table_snapshot.c.table_name == table_name))
             paths.update(row[0] for row in snaps)
         return paths
 
@@ -520,9 +482,7 @@ def _delta_info(row: sa.Row) -> DeltaInfo:
 
 
 def _snapshot_info(row: sa.Row) -> SnapshotInfo:
-    return SnapshotInfo(
-        row.table_name, int(row.delta_num), row.data_path, int(row.row_count), row.created_at
-    )
+    return SnapshotInfo(row.table_name, int(row.delta_num), row.data_path, int(row.row_count), row.created_at)
 
 
 def _iso(ts: float) -> str:

@@ -33,10 +33,7 @@ def commit_deltas(hot_deltas: Sequence[HotDelta], on_commit: OnCommit | None = N
         raise ValueError("commit_deltas needs at least one hot delta")
     catalog = DeltaCatalog(hot_deltas[0].table.plane)
     commit_ts = catalog.commit(
-        [
-            (hot.table.name, hot.delta_num, hot.rows_upserted, hot.rows_deleted, hot.data_path)
-            for hot in hot_deltas
-        ],
+        [(hot.table.name, hot.delta_num, hot.rows_upserted, hot.rows_deleted, hot.data_path) for hot in hot_deltas],
         on_commit=on_commit,
     )
     for hot in hot_deltas:

@@ -73,9 +73,7 @@ def compact(table: VersionedTable) -> int:
 
 def remove_unreferenced(table: VersionedTable, min_age_seconds: float) -> list[str]:
     """Delete delta and snapshot folders of `table` that no catalog row references."""
-    referenced = {
-        path.rstrip("/").rsplit("/", 1)[-1] for path in table.catalog.data_paths(table.name)
-    }
+    referenced = {path.rstrip("/").rsplit("/", 1)[-1] for path in table.catalog.data_paths(table.name)}
     cutoff = time.time() - min_age_seconds
     removed = []
     for kind in (DELTAS_DIR, SNAPSHOTS_DIR):

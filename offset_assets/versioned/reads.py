@@ -43,9 +43,7 @@ class ActualFilter:
 class TableReader:
     """Read plans over the committed files of one table."""
 
-    def __init__(
-        self, spark: SparkSession, name: str, schema: StructType, primary_key: Sequence[str]
-    ):
+    def __init__(self, spark: SparkSession, name: str, schema: StructType, primary_key: Sequence[str]):
         self.spark = spark
         self.name = name
         self.schema = schema
@@ -60,11 +58,7 @@ class TableReader:
             return self.spark.createDataFrame([], self.file_schema)
         # Recursive lookup: a delta folder holds one sub-folder per write; it also turns
         # off partition discovery, so folder names never become columns.
-        return (
-            self.spark.read.schema(self.file_schema)
-            .option("recursiveFileLookup", "true")
-            .parquet(*paths)
-        )
+        return self.spark.read.schema(self.file_schema).option("recursiveFileLookup", "true").parquet(*paths)
 
     def commit_times(self, deltas: Sequence[DeltaInfo]) -> DataFrame:
         """(sys_from, update_ts) of `deltas`: a local relation, broadcast in joins."""
@@ -95,6 +89,16 @@ class TableReader:
         row_filter: ActualFilter,
     ) -> DataFrame:
         """Actual state from `snapshot` (or nothing) and the non-empty `deltas_after` it."""
+        state = self.actual_versions(snapshot, deltas_after, row_filter)
+        return self.finish(state, all_deltas, F.lit(None))
+
+    def actual_versions(
+        self,
+        snapshot: SnapshotInfo | None,
+        deltas_after: Sequence[DeltaInfo],
+        row_filter: ActualFilter,
+    ) -> DataFrame:
+        """The stored columns (data, sys_op, sys_from) of the actual versions."""
         key_filters, value_filters = self._split_filters(row_filter)
         base = None
         if snapshot is not None:
@@ -104,13 +108,11 @@ class TableReader:
             versions = _apply(self.scan([d.data_path for d in deltas_after]), key_filters)
             latest = versions if len(deltas_after) == 1 else self._latest(versions)
             if base is not None:
-                base = base.join(
-                    latest.select(*self.primary_key), on=self.primary_key, how="left_anti"
-                )
+                replaced = latest.select(*self.primary_key)
+                base = base.join(replaced, on=self.primary_key, how="left_anti")
             live = _apply(latest.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
         parts = [p for p in (base, live) if p is not None]
-        state = reduce(DataFrame.unionByName, parts) if parts else self.scan([])
-        return self.finish(state, all_deltas, F.lit(None))
+        return reduce(DataFrame.unionByName, parts) if parts else self.scan([])
 
     def history(self, deltas: Sequence[DeltaInfo], sys_op: int | None = None) -> DataFrame:
         """All versions written by `deltas`, sys_to within them; optionally one sys_op only."""
@@ -132,11 +134,7 @@ class TableReader:
 
     def _latest(self, versions: DataFrame) -> DataFrame:
         order = Window.partitionBy(*self.primary_key).orderBy(F.col(SYS_FROM).desc())
-        return (
-            versions.withColumn("_rank", F.row_number().over(order))
-            .where("_rank = 1")
-            .drop("_rank")
-        )
+        return versions.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
     def _split_filters(self, row_filter: ActualFilter) -> tuple[list, list]:
         """(filters on primary-key columns only, filters touching other columns)."""
@@ -145,9 +143,7 @@ class TableReader:
         columns = self.schema.fieldNames()
         for column, values in (row_filter.where_in or {}).items():
             if column not in columns:
-                raise VersionedTableError(
-                    self.name, f"where_in column {column!r} is not in {columns}"
-                )
+                raise VersionedTableError(self.name, f"where_in column {column!r} is not in {columns}")
             condition = F.col(f"`{column}`").isin(list(values))
             (key_filters if column in self.primary_key else value_filters).append(condition)
         if row_filter.keys is not None:

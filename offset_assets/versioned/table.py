@@ -23,7 +23,12 @@ from pyspark.sql.types import StructType
 
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import COMMITTED, DeltaCatalog, DeltaInfo
+from offset_assets.control_plane.delta_catalog import (
+    COMMITTED,
+    DeltaCatalog,
+    DeltaInfo,
+    SnapshotInfo,
+)
 from offset_assets.versioned import writes
 from offset_assets.versioned.errors import (
     ConflictingStatesError,
@@ -96,14 +101,11 @@ class VersionedTable:
             if spec.primary_key != self.primary_key:
                 raise TableDefinitionError(
                     self.name,
-                    f"primary key {self.primary_key} differs from the registered "
-                    f"primary key {spec.primary_key}",
+                    f"primary key {self.primary_key} differs from the registered primary key {spec.primary_key}",
                 )
             stored = StructType.fromJson(json.loads(spec.schema_json))
             evolved = evolve(self.name, stored, self.schema)
-            if evolved is None or self.catalog.update_schema(
-                self.name, spec.schema_json, evolved.json()
-            ):
+            if evolved is None or self.catalog.update_schema(self.name, spec.schema_json, evolved.json()):
                 return
         raise TableDefinitionError(self.name, "schema changed concurrently; try again")
 
@@ -126,9 +128,7 @@ class VersionedTable:
         )
         return HotDelta(self, info)
 
-    def write_delta(
-        self, df: DataFrame, holder: str | None = None, run_id: str | None = None
-    ) -> DeltaInfo:
+    def write_delta(self, df: DataFrame, holder: str | None = None, run_id: str | None = None) -> DeltaInfo:
         """Open a delta, write `df` into it and commit it; nothing stays hot on failure."""
         hot = self.open_delta(holder=holder, run_id=run_id)
         try:
@@ -181,14 +181,18 @@ class VersionedTable:
         deltas = self.catalog.committed(self.name, up_to_delta=as_of_delta)
         last = deltas[-1].delta_num if deltas else 0
         if as_of_delta is not None and as_of_delta > last:
-            raise VersionedTableError(
-                self.name, f"delta {as_of_delta} is not committed (last committed: {last})"
-            )
+            raise VersionedTableError(self.name, f"delta {as_of_delta} is not committed (last committed: {last})")
+        snapshot, after, readable = self._actual_sources(deltas)
+        return self.reader.actual(snapshot, after, readable, ActualFilter(where_in, keys))
+
+    def _actual_sources(self, deltas: list[DeltaInfo]) -> tuple[SnapshotInfo | None, list[DeltaInfo], list[DeltaInfo]]:
+        """(latest snapshot, non-empty deltas after it, all non-empty deltas) for the actual
+        state at the last of `deltas` (committed deltas 1..n)."""
+        last = deltas[-1].delta_num if deltas else 0
         snapshot = self.catalog.snapshot_at(self.name, last) if last else None
         base = snapshot.delta_num if snapshot else 0
         readable = [d for d in deltas if not d.is_empty]
-        after = [d for d in readable if d.delta_num > base]
-        return self.reader.actual(snapshot, after, readable, ActualFilter(where_in, keys))
+        return snapshot, [d for d in readable if d.delta_num > base], readable
 
     def read_as_of_timestamp(self, ts: float) -> DataFrame:
         """The actual state as a reader saw it at `ts` (deltas committed at or before it)."""
@@ -208,9 +212,7 @@ class VersionedTable:
         """Every version (tombstones included) with update_ts >= `update_ts` (inclusive),
         up to delta `up_to_delta`; reads only the files of those deltas."""
         since = _finite(self.name, "update_ts", update_ts)
-        return self.reader.history(
-            self.catalog.committed(self.name, since_ts=since, up_to_delta=up_to_delta)
-        )
+        return self.reader.history(self.catalog.committed(self.name, since_ts=since, up_to_delta=up_to_delta))
 
     def _range(self, d1: int, d2: int) -> list[DeltaInfo]:
         if d1 > d2:
@@ -286,7 +288,7 @@ class HotDelta:
         classified = writes.classify(
             incoming,
             self._prior_states(),
-            self._actual_before(incoming),
+            self._actual_of,
             table.schema,
             table.primary_key,
         ).persist(StorageLevel.MEMORY_AND_DISK)
@@ -311,66 +313,57 @@ class HotDelta:
         if not self._version_paths and not self._unchanged_paths:
             return None
         table = self.table
-        versions = writes.state_of(
-            table.reader.scan(self._version_paths), table.schema, table.primary_key
-        )
+        versions = writes.state_of(table.reader.scan(self._version_paths), table.schema, table.primary_key)
         unchanged = table.reader.scan(self._unchanged_paths).select(*table.data_columns, SYS_OP)
         return versions.unionByName(unchanged)
 
-    def _actual_before(self, incoming: DataFrame) -> DataFrame | None:
-        if self.delta_num <= 1:
+    def _actual_of(self, keys: DataFrame) -> DataFrame | None:
+        """Actual versions of `keys` before this delta (None when nothing is committed)."""
+        table = self.table
+        deltas = table.catalog.committed(table.name, up_to_delta=self.delta_num - 1)
+        snapshot, after, _ = table._actual_sources(deltas)
+        if snapshot is None and not after:
             return None
-        keys = incoming.select(*self.table.primary_key)
-        return self.table.read_actual(as_of_delta=self.delta_num - 1, keys=keys)
+        return table.reader.actual_versions(snapshot, after, ActualFilter(keys=keys))
 
     def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int]) -> None:
         table = self.table
         pk = table.primary_key
 
-        def examples(kind: str) -> list[dict]:
-            rows = (
-                classified.where(F.col(writes.KIND) == kind)
-                .select(*pk)
-                .distinct()
-                .limit(MAX_EXAMPLES)
-            )
-            return [row.asDict() for row in rows.collect()]
+        def rows_of(kind: str, *columns: str) -> list[dict]:
+            found = classified.where(F.col(writes.KIND) == kind).select(*columns).distinct()
+            return [row.asDict() for row in found.limit(MAX_EXAMPLES).collect()]
 
         if counts.get(writes.BAD_KEY):
-            raise NullKeyError(
-                table.name,
-                f"{counts[writes.BAD_KEY]} row(s) with a null primary-key "
-                f"value in {pk}; nothing written",
-            )
+            raise NullKeyError(table.name, f"null primary-key value in {pk}; nothing written")
         if counts.get(writes.BAD_OP):
-            found = classified.where(F.col(writes.KIND) == writes.BAD_OP).select(SYS_OP).distinct()
-            values = sorted((row[0] for row in found.limit(MAX_EXAMPLES).collect()), key=str)
+            values = sorted(row[writes.BAD_OP_VALUE] for row in rows_of(writes.BAD_OP, writes.BAD_OP_VALUE))
             raise InvalidSysOpError(
                 table.name,
-                f"sys_op must be 0 (upsert) or 1 (delete), found "
-                f"{values} in {counts[writes.BAD_OP]} row(s); nothing written",
+                f"sys_op must be 0 (upsert) or 1 (delete), found {', '.join(values)} "
+                f"for key(s) {rows_of(writes.BAD_OP, *pk)}; nothing written",
             )
         if counts.get(writes.BAD_NULL):
             required = [f.name for f in table.schema.fields if not f.nullable and f.name not in pk]
             raise NullKeyError(
                 table.name,
                 f"null in non-nullable column(s) {required} for key(s) "
-                f"{examples(writes.BAD_NULL)}; nothing written",
+                f"{rows_of(writes.BAD_NULL, *pk)}; nothing written",
             )
         if counts.get(writes.CONFLICT_IN_WRITE):
-            keys = examples(writes.CONFLICT_IN_WRITE)
+            keys = rows_of(writes.CONFLICT_IN_WRITE, *pk)
             raise ConflictingStatesError(
                 table.name,
-                f"two different states of key(s) {keys} in one write to delta "
-                f"{self.delta_num} ({counts[writes.CONFLICT_IN_WRITE]} rows); nothing written",
+                f"different states of key(s) {keys} in one write to delta {self.delta_num} "
+                f"({counts[writes.CONFLICT_IN_WRITE]} key(s) in all); nothing written",
                 keys,
             )
         if counts.get(writes.CONFLICT_IN_DELTA):
-            keys = examples(writes.CONFLICT_IN_DELTA)
+            keys = rows_of(writes.CONFLICT_IN_DELTA, *pk)
             raise ConflictingStatesError(
                 table.name,
-                f"key(s) {keys} already have a different state in hot delta "
-                f"{self.delta_num}; nothing of this write written",
+                f"key(s) {keys} already have a different state in hot delta {self.delta_num} "
+                f"({counts[writes.CONFLICT_IN_DELTA]} key(s) in all); nothing of this write written",
                 keys,
             )
 
@@ -384,9 +377,7 @@ class HotDelta:
         versions = stats.rows_upserted + stats.rows_deleted
         try:
             if versions:
-                frame = writes.versions_of(
-                    classified, table.schema, table.primary_key, self.delta_num
-                )
+                frame = writes.versions_of(classified, table.schema, table.primary_key, self.delta_num)
                 _write_parquet(frame, versions_at, versions, table.primary_key)
             if stats.rows_unchanged:
                 frame = writes.unchanged_of(classified, table.schema)
@@ -441,9 +432,7 @@ class HotDelta:
 
 def _write_parquet(frame: DataFrame, path: str, rows: int, primary_key: Sequence[str]) -> None:
     files = max(1, math.ceil(rows / ROWS_PER_FILE))
-    frame.coalesce(files).sortWithinPartitions(*primary_key).write.mode("errorifexists").parquet(
-        path
-    )
+    frame.coalesce(files).sortWithinPartitions(*primary_key).write.mode("errorifexists").parquet(path)
 
 
 def _finite(table: str, what: str, value: float) -> float:

@@ -44,9 +44,7 @@ def validate_definition(name: str, primary_key: Sequence[str], schema: StructTyp
     names, primary key not in the schema, map columns (not comparable in Spark, so a
     version could not be told apart from its predecessor)."""
     if not TABLE_NAME.match(name or ""):
-        raise TableDefinitionError(
-            str(name), "name must be letters, digits, '_', '.', '-' (it becomes a folder name)"
-        )
+        raise TableDefinitionError(str(name), "name must be letters, digits, '_', '.', '-' (it becomes a folder name)")
     names = schema.fieldNames()
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -58,9 +56,7 @@ def validate_definition(name: str, primary_key: Sequence[str], schema: StructTyp
         raise TableDefinitionError(name, "a primary key of at least one column is required")
     missing = [c for c in primary_key if c not in names]
     if missing:
-        raise TableDefinitionError(
-            name, f"primary-key column(s) {missing} not in the schema {names}"
-        )
+        raise TableDefinitionError(name, f"primary-key column(s) {missing} not in the schema {names}")
     for field in schema.fields:
         if _contains_map(field.dataType):
             raise TableDefinitionError(
@@ -130,10 +126,7 @@ def is_safe_cast(source: DataType, target: DataType) -> bool:
         return isinstance(source, (FloatType, ByteType, ShortType, IntegerType))
     if isinstance(target, DecimalType):
         if isinstance(source, DecimalType):
-            return (
-                target.scale >= source.scale
-                and target.precision - target.scale >= source.precision - source.scale
-            )
+            return target.scale >= source.scale and target.precision - target.scale >= source.precision - source.scale
         if isinstance(source, IntegralType):
             return target.precision - target.scale >= _INTEGRAL_DIGITS[type(source)]
     return False
@@ -155,9 +148,7 @@ def conform(
     missing_keys = [c for c in primary_key if c not in given]
     if missing_keys:
         raise SchemaMismatchError(table, f"missing primary-key column(s) {missing_keys}")
-    missing = [
-        c for c in schema.fieldNames() if c not in given and c not in columns_allowed_missing
-    ]
+    missing = [c for c in schema.fieldNames() if c not in given and c not in columns_allowed_missing]
     if missing:
         raise SchemaMismatchError(table, f"missing column(s) {missing}")
     extra = [c for c in given if c not in schema.fieldNames() and c != SYS_OP]
@@ -176,8 +167,7 @@ def conform(
     if wrong:
         raise SchemaMismatchError(table, f"incompatible column type(s) {wrong}")
     columns = [
-        (F.col(f"`{f.name}`") if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in schema.fields
+        (F.col(f"`{f.name}`") if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields
     ]
     sys_op = F.col(SYS_OP).cast(IntegerType()) if SYS_OP in given else F.lit(0)
     return df.select(*columns, sys_op.alias(SYS_OP))

@@ -12,22 +12,24 @@ non-key columns of a delete ignored (a delete is about a key). Then, per row:
   of the version it deletes, so that change readers still see the deleted values.
 
 The classification runs once (persisted); its counts decide refusal before anything is
-written, so a refused write leaves no file behind.
+written, so a refused write leaves no file behind. Counts are per key: a key's rows are
+grouped by one shuffle, which yields its distinct states (exact duplicates collapse).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP
 
 KIND = "__kind"
+BAD_OP_VALUE = "__bad_op"
 BAD_KEY, BAD_NULL, BAD_OP = "bad_key", "bad_null", "bad_op"
 CONFLICT_IN_WRITE, CONFLICT_IN_DELTA = "conflict_in_write", "conflict_in_delta"
 SEEN, UNCHANGED, UPSERT, DELETE = "seen", "unchanged", "upsert", "delete"
@@ -49,9 +51,7 @@ def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str]) -> D
     columns = [
         F.col(f"`{f.name}`")
         if f.name in primary_key
-        else F.when(is_delete, F.lit(None).cast(f.dataType))
-        .otherwise(F.col(f"`{f.name}`"))
-        .alias(f.name)
+        else F.when(is_delete, F.lit(None).cast(f.dataType)).otherwise(F.col(f"`{f.name}`")).alias(f.name)
         for f in schema.fields
     ]
     return df.select(*columns, F.col(SYS_OP))
@@ -60,56 +60,64 @@ def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str]) -> D
 def classify(
     incoming: DataFrame,
     prior: DataFrame | None,
-    actual: DataFrame | None,
+    lookup_actual: Callable[[DataFrame], DataFrame | None],
     schema: StructType,
     primary_key: Sequence[str],
 ) -> DataFrame:
-    """`incoming` states (deduplicated) with a `_kind` column and the actual version's
-    non-key columns (`_a_<col>`, for tombstones).
+    """One row per incoming key: its state, a `__kind`, and the actual version's non-key
+    columns (`_a_<col>`, for tombstones).
 
     `prior`: states written earlier into the same hot delta (None: first write);
-    `actual`: the actual state before this delta, restricted to the incoming keys
-    (None: the table has no committed version).
+    `lookup_actual(keys)`: the actual versions of `keys` before this delta (None: the
+    table has no committed version). One shuffle by key groups the states of each key.
     """
     values = [f.name for f in schema.fields if f.name not in primary_key]
-    states = state_of(incoming, schema, primary_key).dropDuplicates()
-    states = states.withColumn(
-        "__states",
-        F.count(F.lit(1)).over(Window.partitionBy(*[F.col(f"`{c}`") for c in primary_key])),
+    state_columns = values + [SYS_OP]
+    op = F.col(SYS_OP)
+    bad_op = op.isNull() | ~op.isin(OP_UPSERT, OP_DELETE)
+    required = [F.col(f"`{f.name}`").isNull() for f in schema.fields if not f.nullable and f.name in values]
+    bad_null = F.coalesce((op == OP_UPSERT) & _any(required), F.lit(False))
+    grouped = (
+        state_of(incoming, schema, primary_key)
+        .groupBy(*[F.col(f"`{c}`") for c in primary_key])
+        .agg(
+            F.collect_set(F.struct(*[F.col(f"`{c}`") for c in state_columns])).alias("__states"),
+            F.max(F.when(bad_op, F.coalesce(op.cast("string"), F.lit("null")))).alias(BAD_OP_VALUE),
+            F.max(bad_null.cast("int")).alias("__bad_null"),
+        )
+    )
+    states = grouped.select(
+        *[F.col(f"`{c}`") for c in primary_key],
+        *[F.col("__states")[0][c].alias(c) for c in state_columns],
+        F.size("__states").alias("__count"),
+        BAD_OP_VALUE,
+        "__bad_null",
     )
     if prior is not None:
-        states = states.join(
-            _prefixed(prior, values + [SYS_OP], primary_key, _PRIOR), primary_key, "left"
-        )
+        states = states.join(_prefixed(prior, state_columns, primary_key, _PRIOR), primary_key, "left")
+    actual = lookup_actual(states.select(*primary_key))
     if actual is not None:
         states = states.join(_prefixed(actual, values, primary_key, _ACTUAL), primary_key, "left")
-    nullable = {f.name: f.nullable for f in schema.fields}
-    bad_null = [F.col(f"`{c}`").isNull() for c in values if not nullable[c]]
     kind = (
         F.when(_any([F.col(f"`{c}`").isNull() for c in primary_key]), BAD_KEY)
-        .when(F.col(SYS_OP).isNull() | ~F.col(SYS_OP).isin(OP_UPSERT, OP_DELETE), BAD_OP)
-        .when((F.col(SYS_OP) == OP_UPSERT) & _any(bad_null), BAD_NULL)
-        .when(F.col("__states") > 1, CONFLICT_IN_WRITE)
+        .when(F.col(BAD_OP_VALUE).isNotNull(), BAD_OP)
+        .when(F.col("__bad_null") == 1, BAD_NULL)
+        .when(F.col("__count") > 1, CONFLICT_IN_WRITE)
     )
     if prior is not None:
         seen = F.col(f"{_PRIOR}_present").isNotNull()
-        same = _all(
-            [F.col(f"`{c}`").eqNullSafe(F.col(f"`{_PRIOR}{c}`")) for c in values + [SYS_OP]]
-        )
+        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(f"`{_PRIOR}{c}`")) for c in state_columns])
         kind = kind.when(seen & ~same, CONFLICT_IN_DELTA).when(seen, SEEN)
     if actual is not None:
         exists = F.col(f"{_ACTUAL}_present").isNotNull()
         same = _all([F.col(f"`{c}`").eqNullSafe(F.col(f"`{_ACTUAL}{c}`")) for c in values])
-        kind = kind.when((F.col(SYS_OP) == OP_UPSERT) & exists & same, UNCHANGED).when(
-            (F.col(SYS_OP) == OP_DELETE) & exists, DELETE
-        )
-    kind = kind.when(F.col(SYS_OP) == OP_DELETE, UNCHANGED).otherwise(UPSERT)
+        kind = kind.when((op == OP_UPSERT) & exists & same, UNCHANGED)
+        kind = kind.when((op == OP_DELETE) & exists, DELETE)
+    kind = kind.when(op == OP_DELETE, UNCHANGED).otherwise(UPSERT)
     return states.withColumn(KIND, kind)
 
 
-def versions_of(
-    classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int
-) -> DataFrame:
+def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int) -> DataFrame:
     """The versions to store: upserts as written, tombstones with the deleted version's data."""
 
     def value(name: str) -> Column:
@@ -128,14 +136,10 @@ def versions_of(
 
 
 def unchanged_of(classified: DataFrame, schema: StructType) -> DataFrame:
-    return classified.where(F.col(KIND) == UNCHANGED).select(
-        *[f.name for f in schema.fields], SYS_OP
-    )
+    return classified.where(F.col(KIND) == UNCHANGED).select(*[f.name for f in schema.fields], SYS_OP)
 
 
-def _prefixed(
-    df: DataFrame, columns: Sequence[str], primary_key: Sequence[str], prefix: str
-) -> DataFrame:
+def _prefixed(df: DataFrame, columns: Sequence[str], primary_key: Sequence[str], prefix: str) -> DataFrame:
     return df.select(
         *[F.col(f"`{c}`") for c in primary_key],
         *[F.col(f"`{c}`").alias(f"{prefix}{c}") for c in columns],
