@@ -23,7 +23,7 @@ from pyspark.sql.types import DoubleType, StringType
 
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.engine.loading import read_actual_matching
-from offset_assets.engine.transformation import TransformInput, Transformation
+from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.table import VersionedTable
 
 # Offsets are commit timestamps (epoch seconds, > 0): reading "since 0" reads everything.
@@ -63,23 +63,36 @@ def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
 def _versions_since(
     inp: TransformInput, since: float, snapshot: RunSnapshot, columns: list[str]
 ) -> DataFrame:
-    """(columns..., update_ts) of every version of `inp` since `since`, plus the columns of
-    the version each of them replaced when `columns` are not all primary-key columns (a
-    post moving from user 1 to user 2 changes user 1's key too)."""
+    """(columns..., update_ts) of every version of `inp` since `since`.
+
+    When `columns` are not all primary-key columns, a change also marks the columns of
+    the version it replaced (a post moving from user 1 to user 2 changes user 1's key
+    too), stamped with the update_ts of the change: the predecessor inside the range by
+    a window over the record's versions, the one before the range by an as-of read.
+    """
     table = inp.table
     up_to = snapshot.deltas.get(table.name, 0)
     changes = table.read_changes_since(since, up_to_delta=up_to)
     picked = _null_free(changes.select(*columns, TS_COL), columns)
-    if set(columns) <= set(table.primary_key) or since <= ALL_HISTORY:
+    if set(columns) <= set(table.primary_key):
         return picked
+    pk = list(table.primary_key)
+    by_record = Window.partitionBy(*pk).orderBy("sys_from")
+    previous = changes.select(
+        *[F.lag(c).over(by_record).alias(c) for c in columns],
+        F.lag("sys_from").over(by_record).alias("_prev_from"),
+        TS_COL,
+    )
+    within = _null_free(previous.where(F.col("_prev_from").isNotNull()), columns).select(*columns, TS_COL)
+    marked = picked.unionByName(within)
     first = _first_delta_since(table, since)
     if first is None or first <= 1:
-        return picked
-    changed_pks = changes.groupBy(*table.primary_key).agg(F.min(TS_COL).alias(TS_COL))
-    replaced = table.read_actual(as_of_delta=first - 1, keys=changed_pks.select(*table.primary_key))
-    replaced = replaced.select(*table.primary_key, *[c for c in columns if c not in table.primary_key])
-    replaced = replaced.join(changed_pks, on=list(table.primary_key)).select(*columns, TS_COL)
-    return picked.unionByName(_null_free(replaced, columns))
+        return marked
+    earliest = changes.groupBy(*pk).agg(F.min(TS_COL).alias(TS_COL))
+    before = table.read_actual(as_of_delta=first - 1, keys=earliest.select(*pk))
+    before = before.select(*pk, *[c for c in columns if c not in pk])
+    before = before.join(earliest, on=pk).select(*columns, TS_COL)
+    return marked.unionByName(_null_free(before, columns))
 
 
 def _first_delta_since(table: VersionedTable, since: float) -> int | None:

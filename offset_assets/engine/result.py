@@ -26,6 +26,7 @@ class RunResult:
     snapshot_deltas: dict[str, int]
     offsets_before: dict[str, float]
     offsets_after: dict[str, float] = field(default_factory=dict)
+    offsets_reset: dict[str, float] = field(default_factory=dict)
     changed_keys: int = 0
     processed_keys: int = 0
     failed_keys: int = 0

@@ -18,7 +18,6 @@ never touches offsets.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import traceback
 import uuid
@@ -79,9 +78,13 @@ class IncrementalEngine:
         self.leases = RunLeases(plane)
 
     def run_full(self, transformation: Transformation, run_id: str | None = None,
-                 change_detection: str | None = None) -> RunResult:
-        """Process every changed key (v2 by offsets, or v1 by full comparison)."""
-        with self.open_run(transformation, run_id=run_id, change_detection=change_detection) as run:
+                 change_detection: str | None = None, reprocess_all: bool = False) -> RunResult:
+        """Process every changed key (v2 by offsets, or v1 by full comparison).
+
+        `reprocess_all` (what a backfill asks for) resets the offsets and supersedes the
+        meta: every key present in the inputs or in the meta is processed again."""
+        with self.open_run(transformation, run_id=run_id, change_detection=change_detection,
+                           reprocess_all=reprocess_all) as run:
             for batch in run.batches:
                 run.process_batch(batch, transformation.func)
             return run.finish()
@@ -96,7 +99,7 @@ class IncrementalEngine:
 
     def open_run(self, transformation: Transformation, run_id: str | None = None,
                  keys: KeysLike | None = None, change_detection: str | None = None,
-                 ) -> TransformationRun:
+                 reprocess_all: bool = False) -> TransformationRun:
         """A run to drive step by step (the Dagster IO manager does): use it as a context manager."""
         return TransformationRun(
             self,
@@ -104,6 +107,7 @@ class IncrementalEngine:
             run_id or uuid.uuid4().hex[:12],
             keys,
             change_detection or transformation.change_detection,
+            reprocess_all,
         )
 
     def changed_keys(self, transformation: Transformation, change_detection: str | None = None,
@@ -163,13 +167,16 @@ class TransformationRun:
     """One run of one transformation, from lease to commit."""
 
     def __init__(self, engine: IncrementalEngine, transformation: Transformation, run_id: str,
-                 explicit_keys: KeysLike | None, change_detection: str) -> None:
+                 explicit_keys: KeysLike | None, change_detection: str,
+                 reprocess_all: bool = False) -> None:
         self.engine = engine
         self.t = transformation
         self.run_id = run_id
         self.holder = f"{transformation.transformation_id}:{make_holder(run_id)}"
         self._explicit_keys = explicit_keys
         self.change_detection = change_detection
+        self.reprocess_all = reprocess_all
+        self.offsets_reset: dict[str, float] = {}
         self._keeper = LeaseKeeper(engine.leases, transformation.transformation_id, self.holder,
                                    engine.lease_ttl_s)
         self._persisted: list[DataFrame] = []
@@ -224,20 +231,30 @@ class TransformationRun:
             for name, num in deltas.items() if num > 0
         }
         self.offsets_before = engine.offsets.get_offsets_for_transformation(t.transformation_id)
+        if self.reprocess_all:
+            self.offsets_reset = dict(self.offsets_before)
+            engine.offsets.reset_offset(t.transformation_id)
+            log.warning("reprocess_all: offsets of %s reset (were %s)", t.transformation_id,
+                        self.offsets_reset)
+            self.offsets_before = {}
         explicit = self._explicit_keys is not None
         self.result = RunResult(
             transformation_id=t.transformation_id,
             run_id=self.run_id,
             mode="changelist" if explicit else "full",
-            change_detection="explicit" if explicit else self.change_detection,
+            change_detection=("explicit" if explicit else
+                              "reprocess_all" if self.reprocess_all else self.change_detection),
             commit_mode=t.commit_mode,
             process_ts=clock,
             snapshot_deltas=dict(deltas),
             offsets_before=dict(self.offsets_before),
         )
+        self.result.offsets_reset = self.offsets_reset
         rows = None
         if explicit:
             keys = self._keys_frame(self._explicit_keys).withColumn("_first_ts", F.lit(None).cast("double"))
+        elif self.reprocess_all:
+            keys = self._all_known_keys().withColumn("_first_ts", F.lit(None).cast("double"))
         else:
             index = compute_changed_index(
                 t, self.meta, self.snapshot, self.offsets_before,
@@ -247,15 +264,21 @@ class TransformationRun:
             self._persisted.append(index.rows)
             keys, rows = index.keys, index.rows
         self.keys = self._persist(assign_batches(keys, self.transform_keys, t.batch_size))
-        self.result.changed_keys = self.keys.count()
-        if self.result.changed_keys == 0:
-            self.batches: list[int] = []
-        elif t.batch_size is None:
-            self.batches = [0]
-        else:
-            self.batches = list(range(math.ceil(self.result.changed_keys / t.batch_size)))
+        sizes = self.keys.groupBy(BATCH_COL).count().collect()
+        self.batch_sizes = {row[BATCH_COL]: row["count"] for row in sizes}
+        self.batches: list[int] = sorted(self.batch_sizes)
+        self.result.changed_keys = sum(self.batch_sizes.values())
         self.result.batches = len(self.batches)
         self._batch_min_ts = self._min_ts_per_batch(rows) if rows is not None else {}
+
+    def _all_known_keys(self) -> DataFrame:
+        """Every key in the inputs (as of the snapshot) or in the meta: a full recompute,
+        which also deletes the outputs of keys that no longer exist."""
+        keys = self.meta.read_actual().select(*self.transform_keys)
+        for inp in self.t.primary_inputs:
+            actual = inp.table.read_actual(as_of_delta=self.snapshot.deltas.get(inp.name, 0))
+            keys = keys.unionByName(actual.select(*self.transform_keys))
+        return keys.where(" AND ".join(f"`{k}` IS NOT NULL" for k in self.transform_keys)).distinct()
 
     def _keys_frame(self, keys: KeysLike) -> DataFrame:
         if isinstance(keys, DataFrame):
@@ -345,7 +368,7 @@ class TransformationRun:
             self.record_failure(batch, exc)
             return False
         keys = self.batch_keys(batch)
-        self.result.processed_keys += keys.count()
+        self.result.processed_keys += self.batch_sizes[batch]
         meta = meta_rows(keys, self.snapshot.process_ts, None)
         if self.t.commit_mode == "batch":
             self._commit({name: [df] for name, df in outputs.items()}, [meta], batch)
@@ -358,7 +381,7 @@ class TransformationRun:
 
     def record_failure(self, batch: int, exc: BaseException) -> None:
         keys = self.batch_keys(batch)
-        count = keys.count()
+        count = self.batch_sizes[batch]
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         log.error("batch %s of %s failed for %s key(s): %s", batch, self.t.transformation_id,
                   count, text)
@@ -411,7 +434,7 @@ class TransformationRun:
         """Offsets to commit: per input, the last delta the run read; in batch mode never
         past the oldest change still waiting in a later batch (inclusive boundary)."""
         if self.result.mode != "full":
-            return {}
+            return {}  # run_changelist never moves offsets
         offsets = {}
         for name, commit_ts in self.snapshot_commit_ts.items():
             value = commit_ts
@@ -436,18 +459,11 @@ class TransformationRun:
             by_name = {out.name: out for out in self.t.outputs}
             for name, frames in outputs.items():
                 table = by_name[name]
-                new = _union(frames)
                 hot = table.open_delta(holder=self.holder, run_id=self.run_id)
                 hots.append(hot)
-                written = hot.write(new)
                 keys = _union([self.batch_keys(b) for b in self._committing_batches(batch)])
-                previous = read_actual_matching(table, keys, {k: k for k in self.transform_keys},
-                                                None, engine.pushdown_limit)
-                gone = previous.select(*table.primary_key).join(
-                    new.select(*table.primary_key), on=list(table.primary_key), how="left_anti")
-                deleted = hot.delete(gone)
-                self.result.add_written(name, written.rows_upserted + deleted.rows_upserted,
-                                        written.rows_deleted + deleted.rows_deleted)
+                written = hot.write(self._replacement(table, _union(frames), keys))
+                self.result.add_written(name, written.rows_upserted, written.rows_deleted)
             if metas:
                 hot = self.meta.open_delta(holder=self.holder, run_id=self.run_id)
                 hots.append(hot)
@@ -474,6 +490,20 @@ class TransformationRun:
         for hot in hots:
             self.result.add_delta(hot.table.name, hot.delta_num)
         self.result.offsets_after = {**self.result.offsets_after, **offsets}
+
+    def _replacement(self, table: VersionedTable, new: DataFrame, keys: DataFrame) -> DataFrame:
+        """The processed keys' new output, plus deletes of their previous output rows
+        that the new output no longer has (one write: upserts and tombstones)."""
+        previous = read_actual_matching(table, keys, {k: k for k in self.transform_keys},
+                                        None, self.engine.pushdown_limit)
+        pk = list(table.primary_key)
+        gone = previous.select(*pk).join(new.select(*pk), on=pk, how="left_anti")
+        deletes = gone.select(
+            *[F.col(c) if c in pk else F.lit(None).cast(table.schema[c].dataType).alias(c)
+              for c in table.data_columns],
+            F.lit(1).alias("sys_op"),
+        )
+        return new.withColumn("sys_op", F.lit(0)).unionByName(deletes)
 
     def _committing_batches(self, batch: int | None) -> list[int]:
         if batch is not None:
