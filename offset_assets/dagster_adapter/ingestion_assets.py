@@ -34,6 +34,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log import JobLog, JobStatus
 from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.metadata import TABLE_KEY, table_name_for
+from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.partitions import (
     range_for_partition,
     range_partition_key,
@@ -188,12 +189,11 @@ def build_ingestion_sensor(
     name: str | None = None,
     minimum_interval_seconds: int = 60,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
-    offset_store_key: str = "offset_store",
 ) -> dg.SensorDefinition:
     """A sensor that plans `job`'s next ranges from job_log, adds them as dynamic
     partitions of `assets_def` and requests a run of the first one (ranges run in
-    order). Reads the control plane (`OffsetStore` resource) and the source's max id or
-    offsets; never Spark."""
+    order). Reads the control plane (the `OffsetStore` resource under the key
+    `offset_store`) and the source's max id or offsets; never Spark."""
     partitions_def = assets_def.partitions_def
     if not isinstance(partitions_def, dg.DynamicPartitionsDefinition):
         raise dg.DagsterInvalidDefinitionError(
@@ -206,13 +206,13 @@ def build_ingestion_sensor(
         target=[assets_def.key],
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
-        required_resource_keys={offset_store_key},
         description=f"Plans the next {job.planner.kind} ranges of {job.name} from job_log "
                     "and materializes them in order.",
     )
-    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        plane = getattr(context.resources, offset_store_key).control_plane()
-        return evaluate_ingestion_sensor(job, partitions_def, plane, context.instance)
+    def _sensor(context: dg.SensorEvaluationContext,
+                offset_store: OffsetStore) -> dg.SensorResult | dg.SkipReason:
+        return evaluate_ingestion_sensor(job, partitions_def, offset_store.control_plane(),
+                                         context.instance)
 
     return _sensor
 
