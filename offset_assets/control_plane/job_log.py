@@ -456,6 +456,11 @@ class JobLog:
             rows = conn.execute(query).mappings().all()
         return [JobRecord(**row) for row in rows]
 
+    def job_names(self) -> list[str]:
+        with self.plane.begin() as conn:
+            return list(conn.execute(select(job_log.c.job_name).distinct()
+                                     .order_by(job_log.c.job_name)).scalars())
+
     def steps(self, job_id: int, attempt: int | None = None) -> list[StepRecord]:
         """Steps of a job (of one attempt when given), oldest first."""
         query = select(step_log).where(step_log.c.job_id == job_id)

@@ -1,0 +1,96 @@
+"""`offset-assets jobs [NAME]`: the job log of log-driven ingestion, newest range first."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from offset_assets.cli.base import clear_errors, main
+from offset_assets.cli.offsets import human_age, iso_utc
+from offset_assets.control_plane.database import connect
+from offset_assets.control_plane.job_log import JobLog, JobRecord, JobStatus
+from offset_assets.errors import OffsetAssetsError
+
+HEADER = ["job_id", "job", "type", "range start", "range end", "status", "attempt",
+          "started (UTC)", "took", "steps", "run", "error"]
+MAX_ERROR = 60
+
+
+class UnknownJobError(OffsetAssetsError):
+    """No job_log rows for the job name asked for."""
+
+
+def _steps(counts: dict[str, int]) -> str:
+    if not counts:
+        return "-"
+    return ", ".join(f"{n} {status.lower()}" for status, n in sorted(counts.items()))
+
+
+def _took(row: JobRecord) -> str:
+    if row.job_start_time is None or row.job_end_time is None:
+        return "-"
+    return human_age(row.job_end_time - row.job_start_time)
+
+
+def _error(row: JobRecord) -> str:
+    if not row.error:
+        return "-"
+    return row.error if len(row.error) <= MAX_ERROR else row.error[: MAX_ERROR - 3] + "..."
+
+
+def _row(row: JobRecord, counts: dict[str, int]) -> list[str]:
+    return [
+        str(row.job_id),
+        row.job_name,
+        row.log_driven_type or "-",
+        row.data_range_start,
+        row.data_range_end or "-",
+        row.status,
+        str(row.attempt),
+        iso_utc(row.job_start_time) if row.job_start_time is not None else "-",
+        _took(row),
+        _steps(counts),
+        row.run_id or "-",
+        _error(row),
+    ]
+
+
+def _render(rows: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in [HEADER, *rows]) for i in range(len(HEADER))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in [HEADER, *rows]
+    )
+
+
+@main.command("jobs")
+@click.argument("name", required=False)
+@click.option("--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False),
+              default=None, help="Only ranges with this status.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=None,
+              help="Newest N ranges only.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per range.")
+@click.pass_obj
+@clear_errors
+def jobs_command(obj: dict[str, Any], name: str | None, status: str | None, limit: int | None,
+                 as_json: bool) -> None:
+    """Ranges in job_log (all jobs, or job NAME), newest first: bounds, status, attempts,
+    timing, steps per status, the run that holds or ran the range, and the last error."""
+    log = JobLog(connect(obj["db_url"]))
+    rows = log.jobs(name, status=status.upper() if status else None, limit=limit)
+    if name is not None and not rows and name not in log.job_names():
+        known = ", ".join(log.job_names()) or "none"
+        raise UnknownJobError(f"no job_log rows for job {name!r} (jobs: {known})")
+    counts = log.step_counts([r.job_id for r in rows])
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps({**asdict(row), "steps": counts.get(row.job_id, {})},
+                                  sort_keys=True))
+        return
+    if not rows:
+        click.echo("no job_log rows" + (f" with status {status.upper()}" if status else ""))
+        return
+    click.echo(_render([_row(row, counts.get(row.job_id, {})) for row in rows]))

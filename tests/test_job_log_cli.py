@@ -1,0 +1,65 @@
+"""`offset-assets jobs` as a shell user sees it."""
+
+import json
+
+from click.testing import CliRunner
+
+from offset_assets.cli import main
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.job_log import JobLog, StepRecord
+
+
+def run(url, *args):
+    return CliRunner().invoke(main, ["--db-url", url, *args])
+
+
+def story(url):
+    log = JobLog(connect(url))
+    first = log.claim("orders", "0", None, run_id="run-1", log_driven_type="auto_inc_id")
+    log.record_step(first.job_id, 1, StepRecord("read", "SUCCESS", 100.0, 101.0, source_count=5))
+    log.record_step(first.job_id, 1, StepRecord("write", "SUCCESS", 101.0, 103.0, target_count=5))
+    log.mark_success(first.job_id, "5")
+    second = log.claim("orders", "5", None, run_id="run-2", log_driven_type="auto_inc_id")
+    log.record_step(second.job_id, 1, StepRecord("read", "FAILURE", 200.0, 201.0, error="boom"))
+    log.mark_failure(second.job_id, "ConnectionError: source went away")
+    log.claim("daily", "20220101000000", "20220102000000", run_id="run-3",
+              log_driven_type="timewindow", period=1440)
+    return first.job_id, second.job_id
+
+
+def test_jobs_lists_ranges_newest_first_with_step_counts(sqlite_url):
+    first, second = story(sqlite_url)
+    result = run(sqlite_url, "jobs", "orders")
+    assert result.exit_code == 0, result.output
+    header, newest, oldest = result.output.splitlines()
+    assert header.split()[:3] == ["job_id", "job", "type"]
+    assert newest.split()[:7] == [str(second), "orders", "auto_inc_id", "5", "-", "FAILURE", "1"]
+    assert "1 failure" in newest and "ConnectionError: source went away" in newest
+    assert oldest.split()[:7] == [str(first), "orders", "auto_inc_id", "0", "5", "SUCCESS", "1"]
+    assert "2 success" in oldest and "run-1" in oldest
+
+
+def test_jobs_without_a_name_lists_every_job_and_filters_by_status(sqlite_url):
+    story(sqlite_url)
+    everything = run(sqlite_url, "jobs")
+    assert len(everything.output.splitlines()) == 4 and "daily" in everything.output
+    running = run(sqlite_url, "jobs", "--status", "running")
+    assert [line.split()[1] for line in running.output.splitlines()[1:]] == ["daily"]
+    limited = run(sqlite_url, "jobs", "-n", "1", "--json")
+    (row,) = [json.loads(line) for line in limited.output.splitlines()]
+    assert (row["job_name"], row["period"], row["steps"]) == ("daily", 1440, {})
+
+
+def test_jobs_json_carries_step_counts(sqlite_url):
+    story(sqlite_url)
+    rows = [json.loads(line) for line in run(sqlite_url, "jobs", "orders", "--json").output.splitlines()]
+    assert [r["steps"] for r in rows] == [{"FAILURE": 1}, {"SUCCESS": 2}]
+
+
+def test_jobs_of_an_unknown_job_is_one_clear_line(sqlite_url):
+    story(sqlite_url)
+    result = run(sqlite_url, "jobs", "ordres")
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: no job_log rows for job 'ordres' (jobs: daily, orders)"
+    empty = run(sqlite_url, "jobs", "orders", "--status", "RUNNING")
+    assert (empty.exit_code, empty.output.strip()) == (0, "no job_log rows with status RUNNING")
