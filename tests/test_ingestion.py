@@ -16,6 +16,7 @@ from offset_assets.ranges.planners import (
     DataRange,
     RangeKind,
     TimeWindowPlanner,
+    UpstreamPlanner,
 )
 from offset_assets.ranges.sources import FolderSource, SqlTableSource
 from offset_assets.versioned.table import VersionedTable
@@ -186,6 +187,18 @@ def test_time_windows_from_a_sql_table_catch_up_in_order(sqlite_url, spark, ware
     rows, last = actual(spark, plane, warehouse, "daily_customers")
     assert rows == [(1, "ann", "Oslo"), (2, "bob", "Rome")] and last == 2
     assert JobLog(plane).history("daily_customers")[0].period == 1440
+
+    # A job driven by upstream follows the daily job's ranges, and its refreshes.
+    follower = RangeIngestion(spark, plane, IngestionJob(
+        "customers_copy", job.source, UpstreamPlanner("daily_customers"),
+        TargetTable("customers_copy", ["id"], CUSTOMERS)), warehouse)
+    assert [(r.data_range.start, r.data_range.kind) for r in follower.run_pending()] == [
+        ("20220101000000", "upstream"), ("20220102000000", "upstream")]
+    assert follower.plan() == []
+    ingestion.refresh([DataRange(RangeKind.TIME_WINDOW, "20220101000000", "20220102000000")])
+    (again,) = follower.run_pending()
+    assert (again.data_range.start, again.data_range.refresh, again.delta_num) == (
+        "20220101000000", True, None)
 
 
 def land(spark, root, day, rows):
