@@ -1,0 +1,36 @@
+"""Layer 4: log-driven ingestion (seed 004). Data ranges are planned from job_log
+(`planners.py`, pure), claimed atomically (`claims.py`), read from a source
+(`sources.py`, `kafka.py`) and committed into a versioned table together with their
+job_log SUCCESS (`ingestion.py`). Names are resolved lazily: planning needs no Spark."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DataRange": "offset_assets.ranges.planners",
+    "RangeKind": "offset_assets.ranges.planners",
+    "PlanInputs": "offset_assets.ranges.planners",
+    "TimeWindowPlanner": "offset_assets.ranges.planners",
+    "AutoIncrementIdPlanner": "offset_assets.ranges.planners",
+    "KafkaOffsetPlanner": "offset_assets.ranges.planners",
+    "UpstreamPlanner": "offset_assets.ranges.planners",
+    "ClaimPolicy": "offset_assets.ranges.claims",
+    "SqlTableSource": "offset_assets.ranges.sources",
+    "FolderSource": "offset_assets.ranges.sources",
+    "KafkaSource": "offset_assets.ranges.kafka",
+    "IngestionJob": "offset_assets.ranges.ingestion",
+    "TargetTable": "offset_assets.ranges.ingestion",
+    "RangeIngestion": "offset_assets.ranges.ingestion",
+    "RangeResult": "offset_assets.ranges.ingestion",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'offset_assets.ranges' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
