@@ -2,8 +2,10 @@ import threading
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 
 from offset_assets.control_plane import connect
+from offset_assets.control_plane.database import alembic_config, upgrade_to_head
 from offset_assets.control_plane.job_log import (
     ClaimLostError,
     JobLog,
@@ -46,9 +48,13 @@ def race(n: int, action) -> list:
     return results
 
 
-def test_migration_creates_job_log_and_step_log(db_url):
-    tables = set(sa.inspect(connect(db_url).engine).get_table_names())
-    assert {"job_log", "step_log"} <= tables
+def test_migration_0003_creates_job_log_and_step_log_and_downgrades(db_url):
+    plane = connect(db_url)
+    assert {"job_log", "step_log"} <= set(sa.inspect(plane.engine).get_table_names())
+    command.downgrade(alembic_config(plane), "0002")
+    assert not {"job_log", "step_log"} & set(sa.inspect(plane.engine).get_table_names())
+    upgrade_to_head(plane)
+    assert claim(JobLog(plane), "0", "run-a").job_id == 1
 
 
 def test_new_range_is_claimed_once_and_success_records_the_end(db_url):
