@@ -239,3 +239,13 @@ def test_reprocess_all_recomputes_every_key_and_drops_outputs_of_vanished_keys(w
     assert result.processed_keys == 5  # 4 posts + key 99 from meta
     assert result.change_detection == "reprocess_all"
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched() | {(98, 1, "y", "ann")}
+
+
+def test_initialize_offsets_never_skips_keys_a_changelist_left_unprocessed(world, engine):
+    seed(world)
+    world.write_posts([(10, 1, "a2")])  # a newer delta than the one holding posts 11-13
+    t = world.enriched_transformation()
+    engine.run_changelist(t, [{"post_id": 10}])  # meta exists, but only for post 10
+    engine.initialize_offsets_from_transform_meta(t)
+    assert engine.run_full(t).processed_keys == 3
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()

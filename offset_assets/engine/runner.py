@@ -21,7 +21,7 @@ import logging
 import time
 import traceback
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark import StorageLevel
@@ -130,37 +130,38 @@ class IncrementalEngine:
         return self.offsets.reset_offset(transformation.transformation_id, input_name)
 
     def initialize_offsets_from_transform_meta(self, transformation: Transformation) -> dict[str, float]:
-        """Seed 000: offset = the newest input commit not after the oldest successful
-        process_ts, so switching an existing transformation to offsets reprocesses nothing
-        it already did. Nothing when there is no meta or an input is empty; an existing
-        larger offset is kept."""
-        return initialize_offsets_from_meta(
-            self.spark, self.plane, transformation.transformation_id,
-            meta_table(self.spark, self.plane, transformation),
-            [inp.name for inp in transformation.inputs],
-        )
+        """Seed 000: switch an existing transformation to offsets without redoing its work.
 
-
-def initialize_offsets_from_meta(spark: SparkSession, plane: ControlPlane, transformation_id: str,
-                                 meta: VersionedTable, input_names: Iterable[str]) -> dict[str, float]:
-    min_process_ts = (
-        meta.read_actual().where(F.col("is_success")).agg(F.min("process_ts")).first()[0]
-    )
-    if min_process_ts is None:
-        return {}
-    catalog = DeltaCatalog(plane)
-    initial: dict[str, float] = {}
-    for name in input_names:
-        commits = [
-            d.commit_ts for d in catalog.committed(name)
-            if d.commit_ts <= min_process_ts and ((d.rows_upserted or 0) + (d.rows_deleted or 0)) > 0
-        ]
-        if commits:
-            initial[name] = max(commits)
-    repo = OffsetRepository(plane)
-    repo.update_offsets_bulk({(transformation_id, name): ts for name, ts in initial.items()})
-    stored = repo.get_offsets_for_transformation(transformation_id)
-    return {name: stored[name] for name in initial}
+        Per input, offset = the newest commit not after the oldest successful process_ts
+        (the seed's rule), capped by the oldest version that the meta shows as not yet
+        processed (found by the v1 comparison): the seed assumes meta written by full
+        runs, and the cap keeps the rule safe when it was not (changelist runs, failures).
+        Nothing when there is no meta or an input is empty; a larger existing offset is kept.
+        """
+        tid = transformation.transformation_id
+        meta = meta_table(self.spark, self.plane, transformation)
+        min_process_ts = meta.read_actual().where(F.col("is_success")).agg(F.min("process_ts")).first()[0]
+        if min_process_ts is None:
+            return {}
+        initial: dict[str, float] = {}
+        for inp in transformation.inputs:
+            commits = [
+                d.commit_ts for d in self.catalog.committed(inp.name)
+                if d.commit_ts <= min_process_ts and ((d.rows_upserted or 0) + (d.rows_deleted or 0)) > 0
+            ]
+            if commits:
+                initial[inp.name] = max(commits)
+        deltas, clock = self.catalog.snapshot_state([inp.name for inp in transformation.inputs])
+        index = compute_changed_index(transformation, meta, RunSnapshot(deltas, clock), {},
+                                      use_offsets=False, pushdown_limit=self.pushdown_limit)
+        waiting = index.rows.where(F.col(INPUT_COL).isNotNull()).groupBy(INPUT_COL).agg(F.min(TS_COL).alias("m"))
+        for row in waiting.collect():
+            if row[INPUT_COL] in initial:
+                initial[row[INPUT_COL]] = min(initial[row[INPUT_COL]], row["m"])
+        index.rows.unpersist()
+        self.offsets.update_offsets_bulk({(tid, name): ts for name, ts in initial.items()})
+        stored = self.offsets.get_offsets_for_transformation(tid)
+        return {name: stored[name] for name in initial}
 
 
 class TransformationRun:
