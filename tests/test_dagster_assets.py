@@ -9,17 +9,21 @@ made incremental by its metadata, so it reads `enriched_posts` through the
 
 import dagster as dg
 import pytest
+import sqlalchemy as sa
 from pyspark.sql import DataFrame
 
 from offset_assets.control_plane import connect
+from offset_assets.control_plane.schema import run_lease
 from offset_assets.dagster_adapter import (
     OffsetIOManager,
     OffsetStore,
     SparkSessionResource,
+    build_offset_checks,
     incremental_asset,
     incremental_metadata,
+    table_metadata,
 )
-from tests.engine_story import ENRICHED, STATS, count_posts, enrich, make_world, rows_of
+from tests.engine_story import ENRICHED, POSTS, STATS, count_posts, enrich, make_world, rows_of
 
 
 @pytest.fixture
@@ -58,15 +62,15 @@ def enriched_asset(func=enrich, **options):
     )(func)
 
 
-def user_post_stats_asset(fail: dict | None = None):
-    """A plain Dagster asset, incremental through the IO manager; `fail["now"]` makes
-    its body raise."""
+STATS_METADATA = incremental_metadata(transform_keys=["user_id"], primary_key=["user_id"],
+                                      schema=STATS)
 
-    @dg.asset(metadata=incremental_metadata(transform_keys=["user_id"], primary_key=["user_id"],
-                                            schema=STATS))
+
+def user_post_stats_asset():
+    """A plain Dagster asset over `enriched_posts`, incremental through the IO manager."""
+
+    @dg.asset(metadata=STATS_METADATA)
     def user_post_stats(enriched_posts: DataFrame) -> DataFrame:
-        if fail and fail["now"]:
-            raise RuntimeError("the asset body broke")
         return count_posts(enriched_posts)
 
     return user_post_stats
@@ -82,8 +86,11 @@ def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
     seed(world)
     enriched, stats_asset = enriched_asset(), user_post_stats_asset()
 
-    first = dg.materialize([enriched, stats_asset], resources=resources)
+    checks = build_offset_checks([enriched, stats_asset])
+    first = dg.materialize([enriched, stats_asset, *checks], resources=resources)
     assert first.success
+    evaluations = first.get_asset_check_evaluations()  # the checks ran after materializing
+    assert len(evaluations) == 4 and all(e.passed for e in evaluations)
     meta = materialization(first, "enriched_posts")
     assert meta["changed_keys"] == 4
     assert meta["rows_read.posts"] == 4 and meta["rows_read.profiles"] == 3
@@ -107,3 +114,142 @@ def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
     assert store.get_offsets_for_transformation("user_post_stats") == {
         "enriched_posts": world.enriched.last_committed().commit_ts
     }
+
+
+def test_profile_change_retriggers_only_the_posts_of_that_author(world, resources):
+    seed(world)
+    enriched = enriched_asset()
+    dg.materialize([enriched], resources=resources)
+    world.write_profiles([(1, "ann-renamed")])
+
+    result = dg.materialize([enriched], resources=resources)
+    meta = materialization(result, "enriched_posts")
+    assert meta["changed_keys"] == 2  # posts 10 and 11 of user 1
+    assert meta["rows_read.profiles"] == 1  # filtered join: one profile read
+    assert ("ann-renamed",) in rows_of(world.enriched.read_actual(), ["author"])
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+
+
+def test_failing_asset_body_commits_nothing_and_releases_the_lease(world, resources, store):
+    seed(world)
+    broken = {"now": True}
+
+    @dg.asset(metadata=STATS_METADATA)
+    def user_post_stats(posts: DataFrame) -> DataFrame:
+        if broken["now"]:
+            raise RuntimeError("the asset body broke")
+        return count_posts(posts)
+
+    posts = dg.AssetSpec("posts")  # written outside Dagster
+    failed = dg.materialize([posts, user_post_stats], resources=resources, raise_on_error=False)
+    assert not failed.success
+    assert store.get_offsets_for_transformation("user_post_stats") == {}
+    assert world.stats.last_committed() is None and world.stats.hot() is None
+    with world.posts.plane.begin() as conn:
+        assert conn.execute(sa.select(run_lease)).all() == []
+
+    broken["now"] = False
+    retried = dg.materialize([posts, user_post_stats], resources=resources)
+    assert materialization(retried, "user_post_stats")["changed_keys"] == 3
+    assert rows_of(world.stats.read_actual()) == world.expected_stats()
+
+
+def failing_enrich(posts: DataFrame, profiles: DataFrame) -> DataFrame:
+    raise ValueError("enrichment service down")
+
+
+def test_failed_keys_fail_the_step_by_default_and_only_warn_when_configured(world, resources):
+    seed(world)
+    failed = dg.materialize([enriched_asset(failing_enrich)], resources=resources,
+                            raise_on_error=False)
+    assert not failed.success
+    [failure] = failed.get_step_failure_events()
+    user_failure = failure.step_failure_data.user_failure_data
+    assert "4 key(s) failed" in user_failure.description
+    assert user_failure.metadata["failed_keys"].value == 4
+
+    warned = dg.materialize([enriched_asset(failing_enrich, on_failed_keys="warn")],
+                            resources=resources)
+    assert warned.success
+    meta = materialization(warned, "enriched_posts")
+    assert meta["failed_keys"] == 4  # retried, failed again, reported
+    assert "enrichment service down" in meta["errors"]
+    assert world.enriched.last_committed() is None
+
+
+def test_backfill_tagged_run_resets_offsets_and_reprocesses_every_key(world, resources, store):
+    seed(world)
+    chain = [enriched_asset(), user_post_stats_asset()]
+    dg.materialize(chain, resources=resources)
+    offsets = store.get_offsets_for_transformation("enriched_posts")
+
+    instance = dg.DagsterInstance.ephemeral()
+    backfill = dg.materialize(chain, resources=resources, instance=instance,
+                              tags={"dagster/backfill": "bf1"})
+    meta = materialization(backfill, "enriched_posts")
+    assert meta["changed_keys"] == 4 and meta["processed_keys"] == 4
+    assert meta["change_detection"] == "reprocess_all"
+    assert meta["offsets_reset"] == offsets
+    assert meta["reset_reason"] == "backfill bf1"
+    stats_meta = materialization(backfill, "user_post_stats")
+    assert stats_meta["changed_keys"] == 3
+    assert set(stats_meta["offsets_reset"]) == {"enriched_posts"}
+    logged = [e.user_message for e in instance.all_logs(backfill.run_id)
+              if "were reset" in e.user_message]
+    assert len(logged) == 2  # one per asset
+    assert store.get_offsets_for_transformation("enriched_posts") == offsets
+    assert rows_of(world.stats.read_actual()) == world.expected_stats()
+
+
+def test_changelist_run_config_processes_exactly_the_listed_keys_and_leaves_offsets(
+        world, resources, store):
+    seed(world)
+    enriched = enriched_asset()
+    dg.materialize([enriched], resources=resources)
+    offsets = store.get_offsets_for_transformation("enriched_posts")
+    world.write_posts([(11, 1, "b2"), (12, 2, "c2")])
+
+    result = dg.materialize([enriched], resources=resources, run_config={
+        "ops": {"enriched_posts": {"config": {"keys": [{"post_id": 11}]}}}})
+    meta = materialization(result, "enriched_posts")
+    assert meta["mode"] == "changelist"
+    assert meta["processed_keys"] == 1
+    assert store.get_offsets_for_transformation("enriched_posts") == offsets
+    texts = dict(rows_of(world.enriched.read_actual(), ["post_id", "text"]))
+    assert texts[11] == "b2" and texts[12] == "c"  # 12 waits for the next regular run
+
+
+def test_batch_commit_mode_commits_each_batch_as_its_own_delta(world, resources):
+    seed(world)
+    result = dg.materialize([enriched_asset(batch_size=2, commit_mode="batch")],
+                            resources=resources)
+    meta = materialization(result, "enriched_posts")
+    assert meta["batches"] == 2 and meta["commit_mode"] == "batch"
+    assert meta["delta.enriched_posts"] == "1, 2"
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+
+
+def test_non_incremental_consumer_reads_the_actual_state_of_an_incremental_asset(
+        world, resources):
+    seed(world)
+
+    @dg.asset
+    def author_report(enriched_posts: DataFrame) -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata={"posts": enriched_posts.count()})
+
+    result = dg.materialize([enriched_asset(), author_report], resources=resources)
+    [event] = result.asset_materializations_for_node("author_report")
+    assert event.metadata["posts"].value == 4
+
+
+def test_plain_asset_output_is_written_as_one_delta_of_its_versioned_table(
+        spark, world, resources):
+    @dg.asset(metadata=table_metadata(primary_key=["post_id"], schema=POSTS))
+    def posts_feed() -> DataFrame:
+        return spark.createDataFrame([(20, 1, "x"), (21, 2, "y")], POSTS)
+
+    result = dg.materialize([posts_feed], resources=resources)
+    meta = materialization(result, "posts_feed")
+    assert meta["delta"] == 1 and meta["rows_upserted"] == 2
+    table = resources["io_manager"].table(dg.AssetKey("posts_feed"))
+    assert rows_of(table.read_actual()) == {(20, 1, "x"), (21, 2, "y")}
