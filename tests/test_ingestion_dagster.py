@@ -212,14 +212,15 @@ def test_ingestion_definitions_load(source_url, resources):
     by_id_job = IngestionJob("by_id", SqlTableSource(source_url, "customers", id_column="id"),
                              AutoIncrementIdPlanner(), TargetTable("by_id", ["id"], CUSTOMERS))
     by_id = ingestion_asset(by_id_job)
+    schedule = build_ingestion_schedule(daily)
     defs = dg.Definitions(
         assets=[daily, by_id],
         sensors=[build_ingestion_sensor(by_id_job, by_id)],
-        schedules=[build_ingestion_schedule(daily)],
+        schedules=[schedule],
         resources=resources,
     )
     dg.Definitions.validate_loadable(defs)
-    assert defs.get_schedule_def("daily_customers_schedule").cron_schedule == "0 0 * * *"
+    assert (schedule.name, schedule.cron_schedule) == ("daily_customers_schedule", "0 0 * * *")
     with pytest.raises(dg.DagsterInvalidDefinitionError, match="dynamic range partitions"):
         build_ingestion_sensor(daily_job(source_url), daily)
     with pytest.raises(dg.DagsterInvalidDefinitionError, match="name the target table"):
