@@ -104,6 +104,8 @@ def incremental_asset(
         raise dg.DagsterInvalidDefinitionError(
             f"incremental_asset sets {sorted(clash)} itself; use its own parameters instead"
         )
+    kinds = asset_kwargs.pop("kinds", {"spark"})
+    description = asset_kwargs.pop("description", None)
 
     def decorate(fn: Callable[..., DataFrame]) -> dg.AssetsDefinition:
         params = _parameters(fn)
@@ -138,8 +140,8 @@ def incremental_asset(
             config_schema=RUN_CONFIG_SCHEMA,
             required_resource_keys={io_manager_key},
             io_manager_key=io_manager_key,
-            kinds=asset_kwargs.pop("kinds", {"spark"}),
-            description=asset_kwargs.pop("description", inspect.getdoc(fn)),
+            kinds=kinds,
+            description=description or inspect.getdoc(fn),
             **asset_kwargs,
         )
         def _incremental(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
