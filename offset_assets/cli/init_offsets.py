@@ -1,0 +1,87 @@
+"""`offset-assets init-offsets`: switch an existing transformation to offsets (seed 000)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from pyspark.sql.types import StructType
+
+from offset_assets.cli.base import clear_errors, main
+from offset_assets.config import default_warehouse
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.engine.errors import TransformationDefinitionError
+from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
+from offset_assets.versioned.table import VersionedTable
+
+
+def open_registered_table(spark, plane, name: str, warehouse: str) -> VersionedTable:  # noqa: ANN001
+    spec = DeltaCatalog(plane).table_spec(name)
+    if spec is None:
+        raise TransformationDefinitionError(f"table {name!r} is not registered in the delta catalog")
+    schema = StructType.fromJson(json.loads(spec.schema_json))
+    return VersionedTable(spark, plane, name, spec.primary_key, schema, warehouse=warehouse)
+
+
+def _parse_reference(text: str) -> tuple[str, str, str]:
+    try:
+        table, pair = text.split(":", 1)
+        primary_col, reference_col = pair.split("=", 1)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not TABLE:PRIMARY_COL=REFERENCE_COL") from None
+    return table, primary_col, reference_col
+
+
+def _not_runnable(**_frames):  # noqa: ANN202
+    raise TransformationDefinitionError("a transformation rebuilt by the CLI can only initialise offsets")
+
+
+@main.command("init-offsets")
+@click.argument("transformation")
+@click.option("--input", "inputs", multiple=True,
+              help="A primary input table (default: the inputs that already have offsets).")
+@click.option("--reference", "references", multiple=True,
+              help="A reference input as TABLE:PRIMARY_COL=REFERENCE_COL (reverse join).")
+@click.option("--warehouse", envvar="OFFSET_ASSETS_WAREHOUSE", default=None, help="Warehouse root.")
+@click.pass_obj
+@clear_errors
+def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], references: tuple[str, ...],
+                 warehouse: str | None) -> None:
+    """Set TRANSFORMATION's offsets from its meta so that enabling offsets redoes no work.
+
+    Never lowers an existing offset. Inputs default to those that already have offsets.
+    """
+    from offset_assets.spark import get_spark_session
+
+    plane = connect(obj["db_url"])
+    warehouse = warehouse or default_warehouse()
+    refs = [_parse_reference(text) for text in references]
+    ref_names = {table for table, _, _ in refs}
+    primary = list(inputs) or [
+        name for name in OffsetRepository(plane).get_offsets_for_transformation(transformation)
+        if name not in ref_names
+    ]
+    if not primary:
+        raise TransformationDefinitionError(
+            f"transformation {transformation!r} has no offsets yet: name its inputs with --input"
+        )
+    spark = get_spark_session()
+    meta = open_registered_table(spark, plane, meta_table_name(transformation), warehouse)
+    definition = Transformation(
+        transformation_id=transformation,
+        inputs=[TransformInput(open_registered_table(spark, plane, name, warehouse)) for name in primary]
+        + [TransformInput(open_registered_table(spark, plane, table, warehouse), join_keys={p: r})
+           for table, p, r in refs],
+        transform_keys=meta.primary_key,
+        outputs=[meta],
+        func=_not_runnable,
+    )
+    found = IncrementalEngine(spark, plane).initialize_offsets_from_transform_meta(definition)
+    if not found:
+        click.echo(f"{transformation}: no successful meta or empty inputs; no offset set")
+        return
+    for name, value in sorted(found.items()):
+        click.echo(f"{transformation}\t{name}\t{value:.6f}")

@@ -1,0 +1,58 @@
+"""Run a transformation in a child process and SIGKILL it at a chosen point.
+
+Usage: python -m tests.crash_runner DB_URL WAREHOUSE POINT
+POINT: in_function (batch 2 of a per-batch-commit run), before_commit (end mode, output
+files written, nothing committed), inside_commit (end mode, inside the commit transaction
+after the offsets were written).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
+from tests.engine_story import enrich, make_world
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(db_url: str, warehouse: str, point: str) -> None:
+    spark = get_spark_session(master="local[2]", conf=LOCAL_TEST_CONF)
+    world = make_world(spark, connect(db_url), warehouse)
+    engine = IncrementalEngine(spark, world.posts.plane)
+    calls = {"n": 0}
+
+    def dying_in_batch_two(posts, profiles):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            die()
+        return enrich(posts, profiles)
+
+    if point == "in_function":
+        engine.run_full(world.enriched_transformation(func=dying_in_batch_two, batch_size=2,
+                                                      commit_mode="batch"))
+    elif point == "before_commit":
+        DeltaCatalog.commit = lambda *args, **kwargs: die()
+        engine.run_full(world.enriched_transformation())
+    elif point == "inside_commit":
+        original = OffsetRepository.update_offsets_bulk
+
+        def write_then_die(self, offsets, conn=None):
+            original(self, offsets, conn=conn)
+            die()
+
+        OffsetRepository.update_offsets_bulk = write_then_die
+        engine.run_full(world.enriched_transformation())
+    sys.exit(3)  # reaching this line means the kill point was never hit
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

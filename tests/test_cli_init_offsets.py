@@ -1,0 +1,34 @@
+from click.testing import CliRunner
+
+from offset_assets.cli import main
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.engine.runner import IncrementalEngine
+from tests.engine_story import make_world
+
+
+def test_init_offsets_sets_offsets_from_meta_and_reports_them(spark, sqlite_url, warehouse):
+    world = make_world(spark, connect(sqlite_url), warehouse)
+    world.write_profiles([(1, "ann")])
+    world.write_posts([(10, 1, "a"), (11, 1, "b")])
+    engine = IncrementalEngine(spark, world.posts.plane)
+    engine.run_changelist(world.enriched_transformation(), [{"post_id": 10}, {"post_id": 11}])
+
+    result = CliRunner().invoke(
+        main,
+        ["--db-url", sqlite_url, "init-offsets", "enrich_posts", "--input", "posts",
+         "--reference", "profiles:user_id=id", "--warehouse", warehouse],
+    )
+    assert result.exit_code == 0, result.output
+    stored = OffsetRepository(world.posts.plane).get_offsets_for_transformation("enrich_posts")
+    assert stored == {
+        "posts": world.posts.last_committed().commit_ts,
+        "profiles": world.profiles.last_committed().commit_ts,
+    }
+    assert f"enrich_posts\tposts\t{stored['posts']:.6f}" in result.output
+
+
+def test_init_offsets_without_inputs_names_the_missing_option(spark, sqlite_url, warehouse):
+    result = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "nothing_here"])
+    assert result.exit_code == 1
+    assert "name its inputs with --input" in result.output
