@@ -1,0 +1,1 @@
+"""The reference project's assets: ingestion from the source system, then transformations."""

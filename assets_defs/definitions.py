@@ -1,0 +1,35 @@
+"""The reference project: one `Definitions` wiring assets, checks, sensors, schedules, jobs.
+
+Loaded by `dagster dev -w workspace.yaml` (attribute `defs`). Local and production
+differ only in the resources (`resources.py`); `build_definitions` re-reads the
+environment, which the demo and the tests use to point it at their own state.
+
+Spark assets run with the in-process executor: one Spark driver per run, shared by its
+steps, instead of one driver per step (see `offset_assets.dagster_adapter.spark_resource`).
+"""
+
+import dagster as dg
+
+from assets_defs.assets.ingestion import build_ingestion
+from assets_defs.assets.transformations import TRANSFORMATIONS
+from assets_defs.checks import OFFSET_CHECKS
+from assets_defs.jobs import JOBS
+from assets_defs.resources import resources_for, source_url
+from assets_defs.schedules import build_schedules
+from assets_defs.sensors import build_sensors
+
+
+def build_definitions(deployment: str | None = None) -> dg.Definitions:
+    ingestion = build_ingestion(source_url())
+    return dg.Definitions(
+        assets=[*ingestion.assets, *TRANSFORMATIONS],
+        asset_checks=OFFSET_CHECKS,
+        sensors=build_sensors(ingestion),
+        schedules=build_schedules(ingestion),
+        jobs=JOBS,
+        resources=resources_for(deployment),
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()
