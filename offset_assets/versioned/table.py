@@ -285,24 +285,27 @@ class HotDelta:
 
     def _write(self, incoming: DataFrame) -> WriteStats:
         table = self.table
-        classified = writes.classify(
-            incoming,
-            self._prior_states(),
-            self._actual_of,
-            table.schema,
-            table.primary_key,
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        # Persisted: the incoming keys select the candidate actual versions (a semi-join)
+        # and the rows are classified, without computing the caller's DataFrame twice.
+        incoming = incoming.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = {row[0]: row[1] for row in classified.groupBy(writes.KIND).count().collect()}
-            self._refuse_bad_rows(classified, counts)
-            stats = WriteStats(
-                counts.get(writes.UPSERT, 0),
-                counts.get(writes.DELETE, 0),
-                counts.get(writes.UNCHANGED, 0),
-            )
-            self._store(classified, stats)
+            candidates = self._candidates(incoming.select(*table.primary_key))
+            classified = writes.classify(
+                incoming, self._prior_states(), candidates, table.schema, table.primary_key
+            ).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                counts = {row[0]: row[1] for row in classified.groupBy(writes.KIND).count().collect()}
+                self._refuse_bad_rows(classified, counts)
+                stats = WriteStats(
+                    counts.get(writes.UPSERT, 0),
+                    counts.get(writes.DELETE, 0),
+                    counts.get(writes.UNCHANGED, 0),
+                )
+                self._store(classified, stats)
+            finally:
+                classified.unpersist()
         finally:
-            classified.unpersist()
+            incoming.unpersist()
         self.rows_upserted += stats.rows_upserted
         self.rows_deleted += stats.rows_deleted
         self.rows_unchanged += stats.rows_unchanged
@@ -317,14 +320,16 @@ class HotDelta:
         unchanged = table.reader.scan(self._unchanged_paths).select(*table.data_columns, SYS_OP)
         return versions.unionByName(unchanged)
 
-    def _actual_of(self, keys: DataFrame) -> DataFrame | None:
-        """Actual versions of `keys` before this delta (None when nothing is committed)."""
+    def _candidates(self, keys: DataFrame) -> DataFrame | None:
+        """Committed versions of `keys` that may be actual before this delta: those in the
+        latest snapshot and in the deltas after it (None when nothing is committed)."""
         table = self.table
         deltas = table.catalog.committed(table.name, up_to_delta=self.delta_num - 1)
         snapshot, after, _ = table._actual_sources(deltas)
         if snapshot is None and not after:
             return None
-        return table.reader.actual_versions(snapshot, after, ActualFilter(keys=keys))
+        paths = ([snapshot.data_path] if snapshot else []) + [d.data_path for d in after]
+        return table.reader.scan(paths).join(keys, on=table.primary_key, how="left_semi")
 
     def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int]) -> None:
         table = self.table

@@ -18,7 +18,7 @@ grouped by one shuffle, which yields its distinct states (exact duplicates colla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -33,7 +33,8 @@ BAD_OP_VALUE = "__bad_op"
 BAD_KEY, BAD_NULL, BAD_OP = "bad_key", "bad_null", "bad_op"
 CONFLICT_IN_WRITE, CONFLICT_IN_DELTA = "conflict_in_write", "conflict_in_delta"
 SEEN, UNCHANGED, UPSERT, DELETE = "seen", "unchanged", "upsert", "delete"
-_PRIOR, _ACTUAL = "_p_", "_a_"
+PRIOR, ACTUAL = "__prior", "__actual"
+_INCOMING, _STATES, _BAD_NULL = "__incoming", "__states", "__bad_null"
 
 
 @dataclass(frozen=True)
@@ -60,57 +61,67 @@ def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str]) -> D
 def classify(
     incoming: DataFrame,
     prior: DataFrame | None,
-    lookup_actual: Callable[[DataFrame], DataFrame | None],
+    candidates: DataFrame | None,
     schema: StructType,
     primary_key: Sequence[str],
 ) -> DataFrame:
-    """One row per incoming key: its state, a `__kind`, and the actual version's non-key
-    columns (`_a_<col>`, for tombstones).
+    """One row per incoming key: its state, a `__kind`, and the actual version (`__actual`,
+    whose data a tombstone carries).
 
     `prior`: states written earlier into the same hot delta (None: first write);
-    `lookup_actual(keys)`: the actual versions of `keys` before this delta (None: the
-    table has no committed version). One shuffle by key groups the states of each key.
+    `candidates`: the committed versions of the incoming keys that can be actual (the
+    snapshot's and those of later deltas; None: nothing committed). All three are
+    grouped by key in one shuffle: the incoming states of a key are collected as a set
+    (duplicates collapse), and the actual version is the candidate with the highest
+    sys_from (max of a struct that starts with sys_from).
     """
     values = [f.name for f in schema.fields if f.name not in primary_key]
     state_columns = values + [SYS_OP]
     op = F.col(SYS_OP)
-    bad_op = op.isNull() | ~op.isin(OP_UPSERT, OP_DELETE)
     required = [F.col(f"`{f.name}`").isNull() for f in schema.fields if not f.nullable and f.name in values]
-    bad_null = F.coalesce((op == OP_UPSERT) & _any(required), F.lit(False))
-    grouped = (
-        state_of(incoming, schema, primary_key)
-        .groupBy(*[F.col(f"`{c}`") for c in primary_key])
-        .agg(
-            F.collect_set(F.struct(*[F.col(f"`{c}`") for c in state_columns])).alias("__states"),
-            F.max(F.when(bad_op, F.coalesce(op.cast("string"), F.lit("null")))).alias(BAD_OP_VALUE),
-            F.max(bad_null.cast("int")).alias("__bad_null"),
+    bad_op = F.when(op.isNull() | ~op.isin(OP_UPSERT, OP_DELETE), F.coalesce(op.cast("string"), F.lit("null")))
+    bad_null = F.coalesce((op == OP_UPSERT) & _any(required), F.lit(False)).cast("int")
+    keys = [F.col(f"`{c}`") for c in primary_key]
+
+    def struct_of(columns: Sequence[str]) -> Column:
+        return F.struct(*[F.col(f"`{c}`") for c in columns])
+
+    parts = [
+        state_of(incoming, schema, primary_key).select(
+            *keys, struct_of(state_columns).alias(_INCOMING), bad_op.alias(BAD_OP_VALUE), bad_null.alias(_BAD_NULL)
         )
-    )
-    states = grouped.select(
-        *[F.col(f"`{c}`") for c in primary_key],
-        *[F.col("__states")[0][c].alias(c) for c in state_columns],
-        F.size("__states").alias("__count"),
-        BAD_OP_VALUE,
-        "__bad_null",
-    )
+    ]
     if prior is not None:
-        states = states.join(_prefixed(prior, state_columns, primary_key, _PRIOR), primary_key, "left")
-    actual = lookup_actual(states.select(*primary_key))
-    if actual is not None:
-        states = states.join(_prefixed(actual, values, primary_key, _ACTUAL), primary_key, "left")
+        parts.append(state_of(prior, schema, primary_key).select(*keys, struct_of(state_columns).alias(PRIOR)))
+    if candidates is not None:
+        parts.append(candidates.select(*keys, struct_of([SYS_FROM, *state_columns]).alias(ACTUAL)))
+    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    aggregates = [
+        F.collect_set(_INCOMING).alias(_STATES),
+        F.max(BAD_OP_VALUE).alias(BAD_OP_VALUE),
+        F.max(_BAD_NULL).alias(_BAD_NULL),
+    ]
+    aggregates += [F.max(c).alias(c) for c in (PRIOR, ACTUAL) if c in union.columns]
+    grouped = union.groupBy(*keys).agg(*aggregates).where(F.size(_STATES) > 0)
+    states = grouped.select(
+        *keys,
+        *[F.col(_STATES)[0][c].alias(c) for c in state_columns],
+        *[c for c in grouped.columns if c not in primary_key],
+    )
+
     kind = (
         F.when(_any([F.col(f"`{c}`").isNull() for c in primary_key]), BAD_KEY)
         .when(F.col(BAD_OP_VALUE).isNotNull(), BAD_OP)
-        .when(F.col("__bad_null") == 1, BAD_NULL)
-        .when(F.col("__count") > 1, CONFLICT_IN_WRITE)
+        .when(F.col(_BAD_NULL) == 1, BAD_NULL)
+        .when(F.size(_STATES) > 1, CONFLICT_IN_WRITE)
     )
     if prior is not None:
-        seen = F.col(f"{_PRIOR}_present").isNotNull()
-        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(f"`{_PRIOR}{c}`")) for c in state_columns])
+        seen = F.col(PRIOR).isNotNull()
+        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(PRIOR)[c]) for c in state_columns])
         kind = kind.when(seen & ~same, CONFLICT_IN_DELTA).when(seen, SEEN)
-    if actual is not None:
-        exists = F.col(f"{_ACTUAL}_present").isNotNull()
-        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(f"`{_ACTUAL}{c}`")) for c in values])
+    if candidates is not None:
+        exists = F.col(ACTUAL).isNotNull() & (F.col(ACTUAL)[SYS_OP] == OP_UPSERT)
+        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(ACTUAL)[c]) for c in values])
         kind = kind.when((op == OP_UPSERT) & exists & same, UNCHANGED)
         kind = kind.when((op == OP_DELETE) & exists, DELETE)
     kind = kind.when(op == OP_DELETE, UNCHANGED).otherwise(UPSERT)
@@ -121,11 +132,9 @@ def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence
     """The versions to store: upserts as written, tombstones with the deleted version's data."""
 
     def value(name: str) -> Column:
-        if name in primary_key:
+        if name in primary_key or ACTUAL not in classified.columns:
             return F.col(f"`{name}`")
-        if f"{_ACTUAL}{name}" not in classified.columns:
-            return F.col(f"`{name}`")
-        deleted = F.col(f"`{_ACTUAL}{name}`")
+        deleted = F.col(ACTUAL)[name]
         return F.when(F.col(KIND) == DELETE, deleted).otherwise(F.col(f"`{name}`")).alias(name)
 
     return classified.where(F.col(KIND).isin(UPSERT, DELETE)).select(
@@ -137,14 +146,6 @@ def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence
 
 def unchanged_of(classified: DataFrame, schema: StructType) -> DataFrame:
     return classified.where(F.col(KIND) == UNCHANGED).select(*[f.name for f in schema.fields], SYS_OP)
-
-
-def _prefixed(df: DataFrame, columns: Sequence[str], primary_key: Sequence[str], prefix: str) -> DataFrame:
-    return df.select(
-        *[F.col(f"`{c}`") for c in primary_key],
-        *[F.col(f"`{c}`").alias(f"{prefix}{c}") for c in columns],
-        F.lit(True).alias(f"{prefix}_present"),
-    )
 
 
 def _any(conditions: list[Column]) -> Column:
