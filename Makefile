@@ -22,14 +22,14 @@ check-java:
 	@sh scripts/check_java.sh
 
 demo: install check-java
-	$(BIN)/offset-assets demo
+	$(BIN)/python -m assets_defs.demo
 
 test: install check-java
 	$(BIN)/python -m pytest
 
 dev: install check-java
 	@mkdir -p $(DAGSTER_HOME)
-	$(BIN)/dagster dev -w workspace.yaml
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: install check-java
 	$(BIN)/python -m bench.run

@@ -10,7 +10,7 @@ steps, instead of one driver per step (see `offset_assets.dagster_adapter.spark_
 
 import dagster as dg
 
-from assets_defs.assets.ingestion import build_ingestion
+from assets_defs.assets.ingestion import Ingestion, build_ingestion
 from assets_defs.assets.transformations import TRANSFORMATIONS
 from assets_defs.checks import OFFSET_CHECKS
 from assets_defs.jobs import JOBS
@@ -19,8 +19,9 @@ from assets_defs.schedules import build_schedules
 from assets_defs.sensors import build_sensors
 
 
-def build_definitions(deployment: str | None = None) -> dg.Definitions:
-    ingestion = build_ingestion(source_url())
+def build_definitions(ingestion: Ingestion | None = None, deployment: str | None = None) -> dg.Definitions:
+    """Everything, for `ingestion` (default: built from the environment now)."""
+    ingestion = ingestion or build_ingestion(source_url())
     return dg.Definitions(
         assets=[*ingestion.assets, *TRANSFORMATIONS],
         asset_checks=OFFSET_CHECKS,
