@@ -173,12 +173,14 @@ class TransformationRun:
         self.engine = engine
         self.t = transformation
         self.run_id = run_id
-        self.holder = f"{transformation.transformation_id}:{make_holder(run_id)}"
+        self.lease_holder = make_holder(run_id)
+        # Hot deltas name the transformation too, so a later run can recognise its own leftovers.
+        self.holder = f"{transformation.transformation_id}:{self.lease_holder}"
         self._explicit_keys = explicit_keys
         self.change_detection = change_detection
         self.reprocess_all = reprocess_all
         self.offsets_reset: dict[str, float] = {}
-        self._keeper = LeaseKeeper(engine.leases, transformation.transformation_id, self.holder,
+        self._keeper = LeaseKeeper(engine.leases, transformation.transformation_id, self.lease_holder,
                                    engine.lease_ttl_s)
         self._persisted: list[DataFrame] = []
         self._pending_outputs: dict[str, list[DataFrame]] = {}
@@ -471,7 +473,7 @@ class TransformationRun:
                 hot.write(_union(metas))
 
             def on_commit(conn, commit_ts: float) -> None:  # noqa: ANN001
-                assert_lease_held(conn, tid, self.holder)
+                assert_lease_held(conn, tid, self.lease_holder)
                 if offsets:
                     engine.offsets.update_offsets_bulk(
                         {(tid, name): value for name, value in offsets.items()}, conn=conn)
