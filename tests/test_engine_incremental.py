@@ -249,3 +249,19 @@ def test_initialize_offsets_never_skips_keys_a_changelist_left_unprocessed(world
     engine.initialize_offsets_from_transform_meta(t)
     assert engine.run_full(t).processed_keys == 3
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+
+
+def test_a_failed_reprocess_all_leaves_offsets_untouched(world, engine):
+    seed(world)
+    engine.run_full(world.enriched_transformation())
+    before = engine.offsets.get_offsets_for_transformation("enrich_posts")
+
+    class Crash(BaseException):
+        pass
+
+    def crash(posts, profiles):
+        raise Crash()
+
+    with pytest.raises(Crash):
+        engine.run_full(world.enriched_transformation(func=crash), reprocess_all=True)
+    assert engine.offsets.get_offsets_for_transformation("enrich_posts") == before

@@ -180,6 +180,7 @@ class TransformationRun:
         self.change_detection = change_detection
         self.reprocess_all = reprocess_all
         self.offsets_reset: dict[str, float] = {}
+        self._reset_committed = False
         self._keeper = LeaseKeeper(engine.leases, transformation.transformation_id, self.lease_holder,
                                    engine.lease_ttl_s)
         self._persisted: list[DataFrame] = []
@@ -235,10 +236,11 @@ class TransformationRun:
         }
         self.offsets_before = engine.offsets.get_offsets_for_transformation(t.transformation_id)
         if self.reprocess_all:
+            # The reset itself is written in the run's commit transaction: a backfill that
+            # fails leaves the offsets as they were.
             self.offsets_reset = dict(self.offsets_before)
-            engine.offsets.reset_offset(t.transformation_id)
-            log.warning("reprocess_all: offsets of %s reset (were %s)", t.transformation_id,
-                        self.offsets_reset)
+            log.warning("reprocess_all: %s reads all history; offsets %s are reset at commit",
+                        t.transformation_id, self.offsets_reset)
             self.offsets_before = {}
         explicit = self._explicit_keys is not None
         self.result = RunResult(
@@ -474,13 +476,15 @@ class TransformationRun:
 
             def on_commit(conn, commit_ts: float) -> None:  # noqa: ANN001
                 assert_lease_held(conn, tid, self.lease_holder)
+                if self.reprocess_all and not self._reset_committed:
+                    engine.offsets.reset_offset(tid, conn=conn)
                 if offsets:
                     engine.offsets.update_offsets_bulk(
                         {(tid, name): value for name, value in offsets.items()}, conn=conn)
 
             if hots:
                 commit_deltas(hots, on_commit=on_commit)
-            elif offsets:
+            elif offsets or (self.reprocess_all and not self._reset_committed):
                 with engine.plane.begin() as conn:
                     on_commit(conn, self.snapshot.process_ts)
         except BaseException:
@@ -490,6 +494,7 @@ class TransformationRun:
                 except Exception:  # noqa: BLE001 - the original error matters more
                     log.exception("rollback of hot delta failed")
             raise
+        self._reset_committed = True
         for hot in hots:
             self.result.add_delta(hot.table.name, hot.delta_num)
         self.result.offsets_after = {**self.result.offsets_after, **offsets}
