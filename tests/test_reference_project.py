@@ -1,0 +1,186 @@
+"""The reference project (`assets_defs`): its Definitions, and the demo story end to end.
+
+The story test is `make demo` at a small size, in this process: real Dagster runs
+(`materialize` against a test instance), real Spark (the session fixture), the state
+in a temporary folder (`OFFSET_ASSETS_HOME`). Every count is asserted exactly.
+"""
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from assets_defs import source_system
+from assets_defs.assets.ingestion import ENV_INGEST_START, build_ingestion, ingest_start
+from assets_defs.definitions import build_definitions
+from assets_defs.demo.__main__ import demo
+from assets_defs.demo.report import render
+from assets_defs.demo.story import NON_EMBEDDED, DemoError, DemoSizes, check_embedded, run_story
+from assets_defs.resources import ENV_DEPLOYMENT
+from offset_assets.config import ENV_HOME, default_db_url
+from offset_assets.control_plane import connect, database
+from offset_assets.control_plane.job_log import JobLog
+
+SMALL = DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1)
+
+
+@pytest.fixture
+def embedded_state(tmp_path, monkeypatch):
+    """The embedded defaults, rooted in a temporary folder."""
+    for name in NON_EMBEDDED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(ENV_HOME, str(tmp_path / "state"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    yield tmp_path / "state"
+    database.forget(default_db_url())
+
+
+def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedded_state):
+    defs = build_definitions()
+    dg.Definitions.validate_loadable(defs)
+    repository = defs.get_repository_def()
+    assert {key.to_user_string() for key in repository.asset_graph.get_all_asset_keys()} == {
+        "posts", "post_updates", "profiles", "enriched_posts", "user_post_stats"}
+    assert {(key.asset_key.to_user_string(), key.name) for key in repository.asset_checks_defs_by_key} == {
+        (asset, check) for asset in ("enriched_posts", "user_post_stats")
+        for check in ("offset_age", "offset_backlog")}
+    assert {s.name for s in repository.sensor_defs} == {
+        "posts_ranges_sensor", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed"}
+    assert {s.name for s in repository.schedule_defs} == {
+        "post_updates_schedule", "profiles_schedule", "transformations_hourly", "offset_checks"}
+    reprocess = repository.get_job("reprocess_transformations")
+    assert reprocess.tags["offset_assets/reset"] == "true"
+    posts = defs.get_assets_def("posts")
+    assert isinstance(posts.partitions_def, dg.DynamicPartitionsDefinition)
+    updates = defs.get_assets_def("post_updates")
+    assert updates.partitions_def.get_first_partition_key() == ingest_start().strftime("%Y-%m-%d")
+    assert updates.metadata_by_key[updates.key]["offset_assets/table"] == "posts"
+
+
+def test_production_definitions_need_every_location_and_take_them_from_the_environment(
+        embedded_state, monkeypatch):
+    monkeypatch.setenv(ENV_DEPLOYMENT, "production")
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="OFFSET_ASSETS_DB_URL.*OFFSET_ASSETS_SOURCE_URL"):
+        build_definitions()
+    monkeypatch.setenv("OFFSET_ASSETS_DB_URL", "postgresql://u:p@db/control")
+    monkeypatch.setenv("OFFSET_ASSETS_WAREHOUSE", "s3a://lake/warehouse")
+    monkeypatch.setenv("OFFSET_ASSETS_SPARK_MASTER", "spark://master:7077")
+    monkeypatch.setenv("OFFSET_ASSETS_SOURCE_URL", "postgresql://u:p@app/source")
+    defs = build_definitions()
+    dg.Definitions.validate_loadable(defs)
+    assert defs.get_assets_def("posts").metadata_by_key[dg.AssetKey("posts")]["offset_assets/table"] == "posts"
+    io_manager = defs.resources["io_manager"]
+    assert (io_manager.warehouse.env_var_name, io_manager.offset_store.db_url.env_var_name) == (
+        "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_DB_URL")
+    monkeypatch.setenv(ENV_INGEST_START, "2024-01-01")
+    assert build_ingestion("sqlite://").post_updates.partitions_def.get_first_partition_key() == "2024-01-01"
+
+
+def test_the_demo_refuses_to_reset_a_state_it_does_not_own():
+    check_embedded({"OFFSET_ASSETS_HOME": "/somewhere"})
+    with pytest.raises(DemoError, match="unset OFFSET_ASSETS_DB_URL"):
+        check_embedded({"OFFSET_ASSETS_DB_URL": "postgresql://db/prod"})
+
+
+def source_truth(url: str) -> tuple[set[tuple], set[tuple]]:
+    """enriched_posts and user_post_stats computed from the source database alone."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        names = dict(conn.execute(sa.text("SELECT id, name FROM profiles")).all())
+        live = conn.execute(sa.text(
+            "SELECT id, user_id, text, updated_at FROM posts WHERE is_deleted = 0")).all()
+    engine.dispose()
+    enriched = {(pid, uid, names[uid], text, ts) for pid, uid, text, ts in live}
+    stats = {}
+    for _, uid, _, ts in live:
+        count, last = stats.get(uid, (0, 0.0))
+        stats[uid] = (count + 1, max(last, ts))
+    return enriched, {(uid, names[uid], count, last) for uid, (count, last) in stats.items()}
+
+
+def actual_rows(defs: dg.Definitions, asset: str) -> set[tuple]:
+    table = defs.resources["io_manager"].table(dg.AssetKey(asset))
+    return {tuple(row) for row in table.read_actual().select(*table.data_columns).collect()}
+
+
+@pytest.mark.slow
+def test_demo_story_second_run_processes_only_the_changed_posts_and_the_renamed_authors_posts(
+        spark, embedded_state):
+    with dg.instance_for_test() as instance:
+        story = run_story(SMALL, instance, progress=lambda _: None)
+
+    first, second, traffic, expected = story.first, story.second, story.traffic, story.expected
+    assert [(r.asset, r.partition_key) for r in first.ingested] == [
+        ("posts", "id:0-30"),
+        ("post_updates", ingest_start().strftime("%Y-%m-%d")),
+        ("profiles", ingest_start().strftime("%Y-%m-%d")),
+    ]
+    first_rows = {r.asset: (r.metadata["rows_read"], r.metadata["rows_upserted"]) for r in first.ingested}
+    assert first_rows == {"posts": (30, 30), "post_updates": (30, 0), "profiles": (6, 6)}
+    assert first.processed("enriched_posts") == 30
+    assert first.processed("user_post_stats") == story.authors == 6
+
+    # Traffic: 3 inserts, 2 edits, 1 soft delete, 1 rename (user 4: 6 live posts, 2 of them edited).
+    assert (traffic.inserted_posts, traffic.updated_posts, traffic.deleted_posts,
+            traffic.renamed_profiles) == ([31, 32, 33], [15, 28], [18], [4])
+    assert story.renamed == {4: ("eve-4", "lou-4-renamed")}
+    second_rows = {r.asset: (r.partition_key, r.metadata["rows_read"], r.metadata["rows_upserted"],
+                             r.metadata["rows_deleted"]) for r in second.ingested}
+    yesterday = story.clock.first_cutoff.strftime("%Y-%m-%d")
+    assert second_rows == {
+        "posts": ("id:30-33", 3, 3, 0),
+        "post_updates": (yesterday, 6, 2, 1),  # the 3 inserts again: unchanged, no version
+        "profiles": (yesterday, 1, 1, 0),
+    }
+    assert second.sensor_requests["enriched_posts"] == "run requested (new commits in posts, profiles)"
+    assert second.sensor_requests["user_post_stats"] == "nothing beyond its offsets yet"
+
+    # 6 changed posts, plus the renamed author's posts that did not change (reverse join).
+    assert (len(expected.changed_posts), expected.reverse_join_only) == (6, 4)
+    assert second.processed("enriched_posts") == expected.enriched_keys == 10
+    enriched = second.transformations["enriched_posts"]
+    assert (enriched["rows_read.posts"], enriched["rows_written.enriched_posts"],
+            enriched["rows_deleted.enriched_posts"]) == (9, 9, 1)
+    assert enriched["rows_read.profiles"] < SMALL.users  # filtered join: only the authors present
+    assert second.processed("user_post_stats") == len(expected.stats_users) == 4
+    assert all(passed for *_, passed, _ in second.checks) and len(second.checks) == 4
+
+    before = {(r["transformation_id"], r["input_table_name"]): r["update_ts_offset"] for r in story.offsets_before}
+    after = {(r["transformation_id"], r["input_table_name"]): r["update_ts_offset"] for r in story.offsets_after}
+    assert set(after) == {("enriched_posts", "posts"), ("enriched_posts", "profiles"),
+                          ("user_post_stats", "enriched_posts")}
+    assert all(after[key] > before[key] for key in after)
+
+    defs = build_definitions()
+    truth_enriched, truth_stats = source_truth(source_system.source_url())
+    assert actual_rows(defs, "enriched_posts") == truth_enriched
+    assert actual_rows(defs, "user_post_stats") == truth_stats
+    assert len(truth_enriched) == 32
+
+    # posts deltas: 1 = first id range, 2 = second id range, 3 = yesterday's window.
+    assert [(delta, text is not None) for delta, _, text in story.history] == [(1, True), (2, True), (3, True)]
+    assert story.history[0][2] == story.history[1][2] != story.history[2][2]
+    assert story.deleted_presence == [(1, True), (2, True), (3, False)]
+
+    log = JobLog(connect(default_db_url()))
+    assert [(r.data_range_start, r.data_range_end, r.status) for r in log.history("posts")] == [
+        ("0", "30", "SUCCESS"), ("30", "33", "SUCCESS")]
+    report = render(story)
+    assert "EXPECTED" not in report and report.count("as expected") == 4
+    assert "10 keys = 6 changed posts + 4 more posts of the renamed profile (reverse join)" in report.replace(
+        "processed 10 of 32 keys", "10 keys")
+
+
+def test_traffic_command_changes_the_seeded_source_and_refuses_an_empty_one(embedded_state):
+    runner = CliRunner()
+    empty = runner.invoke(demo, ["traffic"])
+    assert empty.exit_code == 1 and "is empty: run the demo first" in empty.output
+    engine = source_system.source_engine()
+    source_system.seed_source(engine, users=4, posts_count=10, seed=1)
+    result = runner.invoke(demo, ["traffic", "--seed", "5", "--inserts", "2", "--updates", "1",
+                                  "--deletes", "1", "--renames", "1"])
+    assert result.exit_code == 0, result.output
+    assert "2 posts inserted, 1 updated, 1 deleted; 1 profile(s) renamed" in result.output
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*), sum(is_deleted) FROM posts")).one() == (12, 1)
+    engine.dispose()
