@@ -69,6 +69,7 @@ LOCAL_TEST_CONF = {
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.adaptive.enabled": "true",
+    # Tiny test data: adaptive execution only adds jobs (measured: 54 -> 36 Spark jobs per run).
+    "spark.sql.adaptive.enabled": "false",
     "spark.driver.memory": "2g",
 }
