@@ -82,8 +82,11 @@ def measure(spark: SparkSession, n_posts: int, m: int) -> dict:
         engine = IncrementalEngine(spark, plane)
         first, first_s = _timed(lambda: engine.run_full(t))
         change_posts(spark, posts, n_posts, m, 1)
-        _, v2_index_s = _timed(lambda: engine.changed_keys(t, "v2").count())
-        _, v1_index_s = _timed(lambda: engine.changed_keys(t, "v1").count())
+        # Best of two, alternating, so JIT warm-up does not favour whichever runs second.
+        v2_index_s = min(_timed(lambda: engine.changed_keys(t, "v2").count())[1],
+                         _timed(lambda: engine.changed_keys(t, "v2").count())[1])
+        v1_index_s = min(_timed(lambda: engine.changed_keys(t, "v1").count())[1],
+                         _timed(lambda: engine.changed_keys(t, "v1").count())[1])
         incremental, incremental_s = _timed(lambda: engine.run_full(t))
         _, full_s = _timed(lambda: engine.run_full(t, reprocess_all=True))
         return {
