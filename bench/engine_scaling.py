@@ -82,7 +82,7 @@ def measure(spark: SparkSession, n_posts: int, m: int) -> dict:
         engine = IncrementalEngine(spark, plane)
         first, first_s = _timed(lambda: engine.run_full(t))
         change_posts(spark, posts, n_posts, m, 1)
-        # Best of two, alternating, so JIT warm-up does not favour whichever runs second.
+        # Best of two each, so JIT warm-up does not favour whichever runs second.
         v2_index_s = min(_timed(lambda: engine.changed_keys(t, "v2").count())[1],
                          _timed(lambda: engine.changed_keys(t, "v2").count())[1])
         v1_index_s = min(_timed(lambda: engine.changed_keys(t, "v1").count())[1],
