@@ -130,7 +130,7 @@ def plot(report: dict, path: Path) -> None:
     axes[1].set_xscale("log")
     axes[1].set_xlabel(f"changes M, N = {by_m[0]['n']}")
     axes[1].legend()
-    fig.suptitle("offset-assets: incremental cost follows M, not N")
+    fig.suptitle("offset-assets engine: run time against table size N and change size M")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
