@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 import dagster as dg
 import pytest
 import sqlalchemy as sa
-from pyspark.sql import types as T
 
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
@@ -32,24 +31,7 @@ from offset_assets.ranges.planners import (
 )
 from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.versioned.table import VersionedTable
-
-CUSTOMERS = T.StructType([
-    T.StructField("id", T.LongType(), False),
-    T.StructField("name", T.StringType()),
-    T.StructField("city", T.StringType()),
-])
-
-
-@pytest.fixture
-def source_url(tmp_path):
-    url = f"sqlite:///{tmp_path / 'source.db'}"
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text(
-            "CREATE TABLE customers (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT, city TEXT, "
-            "created_at DATETIME)"))
-    engine.dispose()
-    return url
+from tests.customers_source import CUSTOMERS
 
 
 def execute(url, sql, **params):

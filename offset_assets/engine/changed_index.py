@@ -50,10 +50,15 @@ class RunSnapshot:
 
 @dataclass
 class ChangedIndex:
-    """Candidate rows (key, input, update_ts) that survived the meta check, and their keys."""
+    """Candidate rows (key, input, update_ts) that survived the meta check."""
 
     rows: DataFrame
-    keys: DataFrame
+    transform_keys: list[str]
+
+    @property
+    def keys(self) -> DataFrame:
+        """One row per key to process, with the update_ts of its oldest change."""
+        return self.rows.groupBy(*self.transform_keys).agg(F.min(TS_COL).alias(FIRST_TS_COL))
 
 
 def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
@@ -176,9 +181,7 @@ def compute_changed_index(
         | ~F.col("is_success")
         | (F.col(TS_COL) > F.col("process_ts"))
     ).select(*keys, TS_COL, INPUT_COL)
-    rows = rows.persist()
-    key_frame = rows.groupBy(*keys).agg(F.min(TS_COL).alias(FIRST_TS_COL))
-    return ChangedIndex(rows=rows, keys=key_frame)
+    return ChangedIndex(rows=rows, transform_keys=keys)
 
 
 def assign_batches(keys: DataFrame, transform_keys: list[str], batch_size: int | None) -> DataFrame:

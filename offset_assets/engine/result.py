@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 
 def merge_offsets(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
@@ -52,9 +51,6 @@ class RunResult:
 
     def add_delta(self, name: str, delta_num: int) -> None:
         self.deltas.setdefault(name, []).append(delta_num)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items()}
 
     def summary(self) -> str:
         status = "ok" if self.succeeded else f"{self.failed_keys} key(s) FAILED"

@@ -27,6 +27,7 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
@@ -40,6 +41,7 @@ from offset_assets.control_plane.leases import (
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.engine.changed_index import (
     BATCH_COL,
+    FIRST_TS_COL,
     INPUT_COL,
     TS_COL,
     RunSnapshot,
@@ -158,7 +160,6 @@ class IncrementalEngine:
         for row in waiting.collect():
             if row[INPUT_COL] in initial:
                 initial[row[INPUT_COL]] = min(initial[row[INPUT_COL]], row["m"])
-        index.rows.unpersist()
         self.offsets.update_offsets_bulk({(tid, name): ts for name, ts in initial.items()})
         stored = self.offsets.get_offsets_for_transformation(tid)
         return {name: stored[name] for name in initial}
@@ -257,17 +258,17 @@ class TransformationRun:
         self.result.offsets_reset = self.offsets_reset
         rows = None
         if explicit:
-            keys = self._keys_frame(self._explicit_keys).withColumn("_first_ts", F.lit(None).cast("double"))
+            keys = self._keys_frame(self._explicit_keys).withColumn(FIRST_TS_COL, F.lit(None).cast("double"))
         elif self.reprocess_all:
-            keys = self._all_known_keys().withColumn("_first_ts", F.lit(None).cast("double"))
+            keys = self._all_known_keys().withColumn(FIRST_TS_COL, F.lit(None).cast("double"))
         else:
             index = compute_changed_index(
                 t, self.meta, self.snapshot, self.offsets_before,
                 use_offsets=(self.change_detection == "v2"),
                 pushdown_limit=engine.pushdown_limit,
             )
-            self._persisted.append(index.rows)
-            keys, rows = index.keys, index.rows
+            index.rows = rows = self._persist(index.rows)  # read again for per-batch offsets
+            keys = index.keys
         self.keys = self._persist(assign_batches(keys, self.transform_keys, t.batch_size))
         sizes = self.keys.groupBy(BATCH_COL).count().collect()
         self.batch_sizes = {row[BATCH_COL]: row["count"] for row in sizes}
@@ -294,8 +295,7 @@ class TransformationRun:
                 )
             return keys.select(*self.transform_keys).distinct()
         rows = [tuple(row[k] for k in self.transform_keys) for row in keys]
-        schema = self.meta.schema
-        key_schema = schema.__class__([schema[k] for k in self.transform_keys])
+        key_schema = StructType([self.meta.schema[k] for k in self.transform_keys])
         return self.spark.createDataFrame(rows, key_schema).distinct()
 
     def _discard_crashed_hot_deltas(self) -> None:
