@@ -6,8 +6,7 @@ not import Dagster (only the Dagster adapter does).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from offset_assets.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     # layer 1
@@ -31,9 +30,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'offset_assets' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

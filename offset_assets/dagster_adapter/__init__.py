@@ -4,8 +4,7 @@ not start importing Spark."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from offset_assets.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",
@@ -27,9 +26,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'offset_assets.dagster_adapter' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -5,8 +5,7 @@ job_log SUCCESS (`ingestion.py`). Names are resolved lazily: planning needs no S
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from offset_assets.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "DataRange": "offset_assets.ranges.planners",
@@ -28,9 +27,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'offset_assets.ranges' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
