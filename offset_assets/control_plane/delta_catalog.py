@@ -231,7 +231,7 @@ class DeltaCatalog:
                 raise DeltaNotHotError(f"table {item[0]!r}: delta {item[1]} listed twice in one commit")
             seen.add((item[0], item[1]))
         with self.plane.begin() as conn:
-            commit_ts = self._bump_clock(conn)
+            commit_ts = self.bump_clock(conn)
             for item in hot:
                 table_name, delta_num, rows_upserted, rows_deleted = item[:4]
                 query = table_delta.update().where(
@@ -257,7 +257,8 @@ class DeltaCatalog:
         return commit_ts
 
     @staticmethod
-    def _bump_clock(conn: Connection) -> float:
+    def bump_clock(conn: Connection) -> float:
+        """Hand out the next commit-clock value inside `conn`'s transaction."""
         # FOR UPDATE (PostgreSQL) / BEGIN IMMEDIATE (SQLite) serialise commits here, and
         # time is read only once the lock is held, so timestamps follow commit order.
         last = conn.execute(

@@ -95,3 +95,24 @@ run_lease = Table(
     Column("acquired_at", Double, nullable=False),
     Column("expires_at", Double, nullable=False),
 )
+
+# A pending "process every key again" request of a transformation (a reprocess or an
+# interrupted backfill): keys whose meta is older than `requested_ts` are processed by the
+# next runs until one completes the whole set and deletes the row in its commit.
+transform_reprocess_request = Table(
+    "transform_reprocess_request",
+    metadata,
+    Column("transformation_id", String(255), primary_key=True),
+    Column("requested_ts", Double, nullable=False),
+    Column("requested_at", Double, nullable=False),
+)
+
+# The meta deltas of a transformation that wrote failed keys not yet retried with success:
+# a run reads only these deltas to find its failed keys, never the whole meta.
+transform_failed_delta = Table(
+    "transform_failed_delta",
+    metadata,
+    Column("transformation_id", String(255), primary_key=True),
+    Column("meta_delta_num", BigInteger, primary_key=True),
+    Column("failed_keys", BigInteger, nullable=False),
+)

@@ -1,0 +1,71 @@
+"""Reprocess requests: "process every key of this transformation again".
+
+Resetting offsets alone re-scans the inputs, but keys whose meta is newer than their
+versions stay processed. A reprocess request supersedes the meta instead: it records a
+commit-clock value R, and every key whose meta is older than R (or which has no meta)
+belongs to the next run's changed index, in v1 and v2 alike. A run commits its keys with
+`process_ts > R`, so a run that dies half-way leaves the request in place and the next
+run resumes with the keys still left; the request is deleted in the commit of the run
+that finished the whole set.
+
+The request and the offset reset are one transaction, and R is taken from the commit
+clock, so it is strictly greater than the process_ts of every key processed before it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, delete, select
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.control_plane.schema import transform_reprocess_request
+
+_r = transform_reprocess_request
+
+
+class ReprocessRequests:
+    """Pending reprocess requests in `transform_reprocess_request`, one per transformation."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+
+    def request(self, transformation_id: str, conn: Connection | None = None) -> float:
+        """Ask for every key to be processed again; returns the request's clock value R.
+
+        In one transaction: the commit clock is bumped (R), the request is stored (a
+        pending older request is kept: its set already includes the newer one's) and every
+        offset of the transformation is deleted."""
+        with self._transaction(conn) as c:
+            pending = self.pending(transformation_id, conn=c)
+            requested_ts = pending if pending is not None else DeltaCatalog.bump_clock(c)
+            if pending is None:
+                c.execute(_r.insert().values(
+                    transformation_id=transformation_id, requested_ts=requested_ts, requested_at=time.time()))
+            OffsetRepository(self.plane).reset_offset(transformation_id, conn=c)
+        return requested_ts
+
+    def pending(self, transformation_id: str, conn: Connection | None = None) -> float | None:
+        """R of the pending request, or None."""
+        query = select(_r.c.requested_ts).where(_r.c.transformation_id == transformation_id)
+        with self._transaction(conn) as c:
+            value = c.execute(query).scalar_one_or_none()
+        return None if value is None else float(value)
+
+    def complete(self, transformation_id: str, requested_ts: float, conn: Connection) -> None:
+        """Delete the request R once a run has processed every key it covers (a newer
+        request, made while that run was going, stays)."""
+        conn.execute(delete(_r).where(_r.c.transformation_id == transformation_id,
+                                      _r.c.requested_ts <= requested_ts))
+
+    @contextmanager
+    def _transaction(self, conn: Connection | None) -> Iterator[Connection]:
+        if conn is not None:
+            yield conn
+        else:
+            with self.plane.begin() as own:
+                yield own
