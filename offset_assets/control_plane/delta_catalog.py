@@ -452,6 +452,58 @@ class DeltaCatalog:
             )
             return [_snapshot_info(row) for row in rows]
 
+    def changes_after(self, table_name: str, delta_num: int) -> tuple[int, int]:
+        """(committed deltas with versions after `delta_num`, versions they wrote): what a
+        read of the actual state must merge on top of the snapshot at `delta_num`."""
+        with self.plane.begin() as conn:
+            row = conn.execute(
+                sa.select(
+                    sa.func.count(),
+                    sa.func.coalesce(
+                        sa.func.sum(
+                            sa.func.coalesce(table_delta.c.rows_upserted, 0)
+                            + sa.func.coalesce(table_delta.c.rows_deleted, 0)
+                        ),
+                        0,
+                    ),
+                ).where(
+                    table_delta.c.table_name == table_name,
+                    table_delta.c.status == COMMITTED,
+                    table_delta.c.delta_num > delta_num,
+                    (sa.func.coalesce(table_delta.c.rows_upserted, 0)
+                     + sa.func.coalesce(table_delta.c.rows_deleted, 0)) > 0,
+                )
+            ).one()
+        return int(row[0]), int(row[1])
+
+    def expire_snapshots(self, table_name: str, superseded_before: float) -> list[SnapshotInfo]:
+        """Remove the rows of snapshots superseded by a newer snapshot created at or before
+        `superseded_before`; returns them (their files are the caller's to delete).
+
+        The latest snapshot is never expired. Reads that would have used an expired one
+        (as of a delta before its successor) read an older snapshot or the deltas instead,
+        which hold every version, so they return the same rows.
+        """
+        with self.plane.begin() as conn:
+            rows = conn.execute(
+                sa.select(table_snapshot)
+                .where(table_snapshot.c.table_name == table_name)
+                .order_by(table_snapshot.c.delta_num)
+            ).all()
+            expired = [
+                _snapshot_info(row)
+                for row, successor in zip(rows, rows[1:], strict=False)
+                if successor.created_at <= superseded_before
+            ]
+            if expired:
+                conn.execute(
+                    table_snapshot.delete().where(
+                        table_snapshot.c.table_name == table_name,
+                        table_snapshot.c.delta_num.in_([s.delta_num for s in expired]),
+                    )
+                )
+        return expired
+
     def data_paths(self, table_name: str) -> set[str]:
         """Every path the catalog references for a table (deltas hot or committed, snapshots)."""
         with self.plane.begin() as conn:

@@ -116,3 +116,14 @@ transform_failed_delta = Table(
     Column("meta_delta_num", BigInteger, primary_key=True),
     Column("failed_keys", BigInteger, nullable=False),
 )
+
+# The input deltas (JSON {input: last committed delta}) that a transformation's last
+# complete run had processed entirely: when the inputs still stand there, no offset
+# moved back and no key waits, a run has nothing to do and starts no Spark job.
+transform_settled = Table(
+    "transform_settled",
+    metadata,
+    Column("transformation_id", String(255), primary_key=True),
+    Column("input_deltas", Text, nullable=False),
+    Column("settled_at", Double, nullable=False),
+)

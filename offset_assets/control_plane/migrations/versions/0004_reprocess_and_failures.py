@@ -1,4 +1,4 @@
-"""Reprocess requests and the meta deltas that hold failed keys
+"""Reprocess requests, the meta deltas that hold failed keys, settled run snapshots
 
 Revision ID: 0004
 Revises: 0003
@@ -27,8 +27,15 @@ def upgrade() -> None:
         sa.Column("meta_delta_num", sa.BigInteger, primary_key=True),
         sa.Column("failed_keys", sa.BigInteger, nullable=False),
     )
+    op.create_table(
+        "transform_settled",
+        sa.Column("transformation_id", sa.String(255), primary_key=True),
+        sa.Column("input_deltas", sa.Text, nullable=False),
+        sa.Column("settled_at", sa.Double, nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("transform_settled")
     op.drop_table("transform_failed_delta")
     op.drop_table("transform_reprocess_request")
