@@ -16,7 +16,10 @@ TransformFunction = Callable[..., "DataFrame | Mapping[str, DataFrame]"]
 CommitMode = Literal["end", "batch"]
 ChangeDetection = Literal["v2", "v1"]
 
-_ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,200}$")
+_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
+# The id goes into String(255) control-plane columns and names the meta table
+# `_meta__<id>`, which must stay within the table-name limit (a folder name).
+TRANSFORMATION_ID_MAX_LENGTH = 120
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,15 @@ class Transformation:
 
     def __post_init__(self) -> None:
         tid = self.transformation_id
-        if not _ID_PATTERN.match(tid or ""):
+        if not isinstance(tid, str) or not _ID_PATTERN.fullmatch(tid):
             raise TransformationDefinitionError(
                 f"transformation id {tid!r} must start with a letter and hold only letters, "
                 "digits, '_', '.', '-'"
+            )
+        if len(tid) > TRANSFORMATION_ID_MAX_LENGTH:
+            raise TransformationDefinitionError(
+                f"transformation id is {len(tid)} characters long, the limit is "
+                f"{TRANSFORMATION_ID_MAX_LENGTH}: {tid!r}"
             )
         if not self.transform_keys:
             raise TransformationDefinitionError(f"transformation {tid!r} declares no transform keys")

@@ -34,7 +34,11 @@ from pyspark.sql.types import (
 from offset_assets.versioned.errors import SchemaMismatchError, TableDefinitionError
 from offset_assets.versioned.layout import SYS_FROM, SYS_OP, SYSTEM_COLUMNS
 
-TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+# A table name is a catalog key (String(255) on every backend) and a folder name (255
+# bytes per path component on common file systems); the meta table of a transformation
+# is `_meta__<id>`, so transformation ids are kept shorter (engine/transformation.py).
+TABLE_NAME_MAX_LENGTH = 128
 _INTEGRAL_RANK = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
 _INTEGRAL_DIGITS = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 19}
 
@@ -43,8 +47,7 @@ def validate_definition(name: str, primary_key: Sequence[str], schema: StructTyp
     """Refuse a definition that cannot be stored: bad name, reserved or duplicate column
     names, primary key not in the schema, map columns (not comparable in Spark, so a
     version could not be told apart from its predecessor)."""
-    if not TABLE_NAME.match(name or ""):
-        raise TableDefinitionError(str(name), "name must be letters, digits, '_', '.', '-' (it becomes a folder name)")
+    validate_table_name(name)
     names = schema.fieldNames()
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -64,6 +67,22 @@ def validate_definition(name: str, primary_key: Sequence[str], schema: StructTyp
                 f"column {field.name!r} is a map ({field.dataType.simpleString()}); "
                 "maps cannot be compared, use an array of structs",
             )
+
+
+def validate_table_name(name: object) -> None:
+    """Refuse a name that the catalog or the file system could not hold as it is.
+
+    `fullmatch`, not `match` with `$`: `$` also matches before a trailing newline, which
+    would become part of the folder name."""
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+        raise TableDefinitionError(
+            str(name), "name must be letters, digits, '_', '.', '-' (it becomes a folder name)"
+        )
+    if len(name) > TABLE_NAME_MAX_LENGTH:
+        raise TableDefinitionError(
+            name[:40] + "...",
+            f"name is {len(name)} characters long, the limit is {TABLE_NAME_MAX_LENGTH}: {name!r}",
+        )
 
 
 def _contains_map(data_type: DataType) -> bool:
