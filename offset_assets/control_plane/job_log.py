@@ -116,6 +116,27 @@ class ClaimLostError(OffsetAssetsError):
     """The range was taken over (or never claimed) by this run: its result must not commit."""
 
 
+class JobNameError(OffsetAssetsError, ValueError):
+    """A job, workflow or load-type name that its job_log column cannot hold."""
+
+
+# The String(n) sizes of job_log's name columns (PostgreSQL enforces them, SQLite does not).
+NAME_LIMITS = {"job_name": 255, "workflow_name": 255, "load_type": 32}
+
+
+def check_job_names(**names: str | None) -> None:
+    """Refuse, on every backend alike, a name that job_log could not store
+    (`check_job_names(job_name=..., workflow_name=...)`; None means not given)."""
+    for column, value in names.items():
+        if value is None:
+            continue
+        limit = NAME_LIMITS[column]
+        if not isinstance(value, str) or not value.strip():
+            raise JobNameError(f"{column} must be a non-empty string, got {value!r}")
+        if len(value) > limit:
+            raise JobNameError(f"{column} is {len(value)} characters long, the limit is {limit}: {value!r}")
+
+
 @dataclass(frozen=True)
 class JobRecord:
     """One row of job_log."""
@@ -228,6 +249,7 @@ class JobLog:
         than `stale_after_s` or `is_run_dead(run_id)` says its holder died; a SUCCESS row
         is re-run only with `refresh=True`.
         """
+        check_job_names(job_name=job_name, workflow_name=workflow_name, load_type=load_type)
         now = self._clock()
         fields = {
             "workflow_name": workflow_name or job_name,

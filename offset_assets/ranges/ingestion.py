@@ -32,6 +32,7 @@ from offset_assets.control_plane.job_log import (
     JobRecord,
     JobStatus,
     StepRecord,
+    check_job_names,
 )
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError
@@ -47,6 +48,7 @@ from offset_assets.ranges.planners import (
 from offset_assets.ranges.sources import RangeSource, SourceBatch
 from offset_assets.versioned.commit import commit_deltas
 from offset_assets.versioned.table import HotDelta, VersionedTable
+from offset_assets.versioned.table_schema import validate_table_name
 
 TARGET_TYPE = "versioned_table"
 SYS_OP = "sys_op"
@@ -78,6 +80,11 @@ class IngestionJob:
     load_type: str = "incremental"
     transform: Callable[[DataFrame], DataFrame] | None = None
     claim_policy: ClaimPolicy = field(default_factory=ClaimPolicy)
+
+    def __post_init__(self) -> None:
+        # Refused here, before any range is claimed or any table registered.
+        check_job_names(job_name=self.name, workflow_name=self.workflow_name, load_type=self.load_type)
+        validate_table_name(self.target.name)
 
 
 @dataclass(frozen=True)
