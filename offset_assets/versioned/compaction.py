@@ -1,5 +1,4 @@
-"""Table maintenance: compaction (a snapshot of the actual state) and cleanup of files
-no catalog row references.
+"""Compaction: a snapshot of a table's actual state, so reads stop merging every delta.
 
 Compaction never rewrites or removes a delta: it adds a snapshot of the actual state at
 the last committed delta c, sorted by primary key, and records it in the catalog. Reads
@@ -7,23 +6,17 @@ at n >= c then read snapshot c plus the deltas after it instead of every delta, 
 history reads and as-of reads before c still read the deltas and stay exact. Snapshot
 rows keep their sys_from, so update_ts is unchanged.
 
-Cleanup removes the folders of rolled-back deltas, failed compactions and writes of
-crashed processes whose hot delta was rolled back. A folder is only removed when it is
-older than `min_age_seconds`: a compaction writes its snapshot before recording it, and
-must not lose it to a concurrent cleanup.
+When to compact and how old snapshots and stray files are removed is `maintenance.py`.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
 from offset_assets.versioned.layout import (
-    DELTAS_DIR,
-    SNAPSHOTS_DIR,
     SYS_FROM,
     SYS_OP,
     new_snapshot_path,
@@ -33,7 +26,6 @@ if TYPE_CHECKING:
     from offset_assets.versioned.table import VersionedTable
 
 SNAPSHOT_ROWS_PER_FILE = 500_000
-DEFAULT_CLEANUP_AGE_S = 3600.0
 
 
 def compact(table: VersionedTable) -> int:
@@ -70,15 +62,3 @@ def compact(table: VersionedTable) -> int:
         raise
     return last.delta_num
 
-
-def remove_unreferenced(table: VersionedTable, min_age_seconds: float) -> list[str]:
-    """Delete delta and snapshot folders of `table` that no catalog row references."""
-    referenced = {path.rstrip("/").rsplit("/", 1)[-1] for path in table.catalog.data_paths(table.name)}
-    cutoff = time.time() - min_age_seconds
-    removed = []
-    for kind in (DELTAS_DIR, SNAPSHOTS_DIR):
-        for folder in table.files.list_folders(f"{table.root}/{kind}"):
-            if folder.name not in referenced and folder.modified_at <= cutoff:
-                table.files.delete(folder.path)
-                removed.append(folder.path)
-    return removed

@@ -228,11 +228,12 @@ class VersionedTable:
         return compact(self)
 
     def cleanup(self, min_age_seconds: float | None = None) -> list[str]:
-        """Remove folders the catalog does not reference (crashed or rolled-back writes)."""
-        from offset_assets.versioned.compaction import DEFAULT_CLEANUP_AGE_S, remove_unreferenced
+        """Remove snapshots superseded and folders unreferenced (crashed or rolled-back
+        writes) for longer than `min_age_seconds` (default a day); returns their paths."""
+        from offset_assets.versioned.maintenance import DEFAULT_RETENTION_S, cleanup
 
-        age = DEFAULT_CLEANUP_AGE_S if min_age_seconds is None else min_age_seconds
-        return remove_unreferenced(self, age)
+        age = DEFAULT_RETENTION_S if min_age_seconds is None else min_age_seconds
+        return cleanup(self, age).removed_paths
 
 
 class HotDelta:
