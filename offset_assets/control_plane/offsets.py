@@ -26,7 +26,7 @@ from sqlalchemy import Connection, case, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.schema import transform_input_offset
+from offset_assets.control_plane.schema import transform_input_offset, transform_settled
 from offset_assets.errors import InvalidOffsetError
 
 OffsetKey = tuple[str, str]
@@ -106,6 +106,9 @@ class OffsetRepository:
         if input_table_name is not None:
             statement = statement.where(_t.c.input_table_name == input_table_name)
         with self._transaction(conn) as c:
+            # A re-scan reads the deltas again, so the settled snapshot that lets a run skip
+            # deltas it processed entirely is forgotten with the offsets.
+            c.execute(delete(transform_settled).where(transform_settled.c.transformation_id == transformation_id))
             return c.execute(statement).rowcount
 
     def get_statistics(

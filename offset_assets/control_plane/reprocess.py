@@ -49,6 +49,13 @@ class ReprocessRequests:
             OffsetRepository(self.plane).reset_offset(transformation_id, conn=c)
         return requested_ts
 
+    def record(self, transformation_id: str, requested_ts: float, conn: Connection) -> None:
+        """Store request R inside the caller's transaction unless one is pending (a batch-mode
+        backfill records its own R in its first commit, so a crash leaves it resumable)."""
+        if self.pending(transformation_id, conn=conn) is None:
+            conn.execute(_r.insert().values(
+                transformation_id=transformation_id, requested_ts=requested_ts, requested_at=time.time()))
+
     def pending(self, transformation_id: str, conn: Connection | None = None) -> float | None:
         """R of the pending request, or None."""
         query = select(_r.c.requested_ts).where(_r.c.transformation_id == transformation_id)

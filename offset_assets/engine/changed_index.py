@@ -3,8 +3,11 @@
 For every input, the versions a run considers are read from the deltas committed since
 the input's offset, inclusive (`update_ts >= offset`, the one boundary rule of the
 project): a version committed at exactly the offset is read again and dropped by the
-per-key check `update_ts > process_ts` when it was already processed. Keys whose last
-processing failed are always included. A changed row of a reference table marks the
+per-key check `update_ts > process_ts` when it was already processed. v2 reads that
+meta from the meta deltas since the offsets only (see `latest_meta_since`). Keys whose
+last processing failed are always included (v2 finds them in the meta deltas the control
+plane lists as holding failures), and so are the keys a pending reprocess request still
+covers. A changed row of a reference table marks the
 primary records pointing at it (reverse join).
 
 v1 runs the same comparison over the whole history without offsets (seed 002's full
@@ -14,14 +17,15 @@ keys.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType
 
-from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
 from offset_assets.engine.loading import read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.table import VersionedTable
@@ -65,10 +69,10 @@ def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
     return df.where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns))
 
 
-def _versions_since(
-    inp: TransformInput, since: float, snapshot: RunSnapshot, columns: list[str]
+def _versions_in(
+    inp: TransformInput, deltas: Sequence[DeltaInfo], columns: list[str]
 ) -> DataFrame:
-    """(columns..., update_ts) of every version of `inp` since `since`.
+    """(columns..., update_ts) of every version of `inp` written by `deltas`.
 
     When `columns` are not all primary-key columns, a change also marks the columns of
     the version it replaced (a post moving from user 1 to user 2 changes user 1's key
@@ -76,8 +80,7 @@ def _versions_since(
     a window over the record's versions, the one before the range by an as-of read.
     """
     table = inp.table
-    up_to = snapshot.deltas.get(table.name, 0)
-    changes = table.read_changes_since(since, up_to_delta=up_to)
+    changes = table.reader.history(deltas)
     picked = _null_free(changes.select(*columns, TS_COL), columns)
     if set(columns) <= set(table.primary_key):
         return picked
@@ -90,8 +93,8 @@ def _versions_since(
     )
     within = _null_free(previous.where(F.col("_prev_from").isNotNull()), columns).select(*columns, TS_COL)
     marked = picked.unionByName(within)
-    first = _first_delta_since(table, since)
-    if first is None or first <= 1:
+    first = deltas[0].delta_num
+    if first <= 1:
         return marked
     earliest = changes.groupBy(*pk).agg(F.min(TS_COL).alias(TS_COL))
     before = table.read_actual(as_of_delta=first - 1, keys=earliest.select(*pk))
@@ -100,26 +103,34 @@ def _versions_since(
     return marked.unionByName(_null_free(before, columns))
 
 
-def _first_delta_since(table: VersionedTable, since: float) -> int | None:
-    committed = DeltaCatalog(table.plane).committed(table.name, since_ts=since)
-    return committed[0].delta_num if committed else None
+def deltas_to_read(inp: TransformInput, since: float, snapshot: RunSnapshot, settled_delta: int) -> list[DeltaInfo]:
+    """The committed deltas of `inp` a run reads: commit_ts >= `since` (the inclusive
+    boundary), up to the run snapshot, after the last delta a complete earlier run
+    processed entirely (`settled_delta`: re-reading those could only find processed
+    versions), and not empty."""
+    up_to = snapshot.deltas.get(inp.name, 0)
+    if up_to <= settled_delta:
+        return []
+    committed = DeltaCatalog(inp.table.plane).committed(inp.name, since_ts=since, up_to_delta=up_to)
+    return [d for d in committed if d.delta_num > settled_delta and not d.is_empty]
 
 
 def input_candidates(
     transformation: Transformation,
     inp: TransformInput,
-    since: float,
+    deltas: Sequence[DeltaInfo],
     snapshot: RunSnapshot,
     pushdown_limit: int,
 ) -> DataFrame:
-    """(transform keys..., update_ts, _input_name) marked by changes of one input."""
+    """(transform keys..., update_ts, _input_name) marked by the changes of one input
+    written by `deltas`."""
     keys = list(transformation.transform_keys)
     if not inp.is_reference:
-        marked = _versions_since(inp, since, snapshot, keys)
+        marked = _versions_in(inp, deltas, keys)
     else:
         join_keys = dict(inp.join_keys)
         ref_cols = list(join_keys.values())
-        changed = _versions_since(inp, since, snapshot, ref_cols).select(
+        changed = _versions_in(inp, deltas, ref_cols).select(
             *[F.col(ref).alias(primary) for primary, ref in join_keys.items()], TS_COL
         )
         marked = None
@@ -139,49 +150,134 @@ def input_candidates(
     return marked.withColumn(INPUT_COL, F.lit(inp.name))
 
 
-def failed_keys(transformation: Transformation, meta: VersionedTable) -> DataFrame:
-    """Keys whose last processing failed: retried by every run, whatever the offsets."""
+def failed_keys(transformation: Transformation, meta: VersionedTable, failed_deltas: Sequence[int] | None,
+                ) -> DataFrame | None:
+    """Keys whose last processing failed: retried by every run, whatever the offsets.
+
+    v2 (`failed_deltas` given) reads only the meta deltas that recorded failures still
+    listed in the control plane, so the cost follows the failures, not the meta; v1
+    (`None`) scans the actual meta. The caller's meta check drops keys that have since
+    been processed with success."""
     keys = list(transformation.transform_keys)
-    return (
-        meta.read_actual()
-        .where(~F.col("is_success"))
-        .select(
-            *keys,
-            F.lit(None).cast(DoubleType()).alias(TS_COL),
-            F.lit(None).cast(StringType()).alias(INPUT_COL),
-        )
+    if failed_deltas is None:
+        source = meta.read_actual()
+    elif not failed_deltas:
+        return None
+    else:
+        listed = set(failed_deltas)
+        source = meta.reader.history([d for d in meta.catalog.committed(meta.name) if d.delta_num in listed])
+    return source.where(~F.col("is_success")).select(
+        *keys,
+        F.lit(None).cast(DoubleType()).alias(TS_COL),
+        F.lit(None).cast(StringType()).alias(INPUT_COL),
     )
+
+
+def latest_meta_since(meta: VersionedTable, since: float, up_to_delta: int | None) -> DataFrame:
+    """The newest meta version of every key written since `since` (inclusive).
+
+    Why this is enough for v2: a meta row carries the process_ts P of its run and is
+    committed at a commit_ts > P, so every meta row with process_ts >= `since` is in these
+    deltas, and a key's newest version here is its actual meta. A candidate version with
+    update_ts >= `since` whose key has no meta here was not processed after it."""
+    history = meta.read_changes_since(since, up_to_delta=up_to_delta)
+    keys = list(meta.primary_key)
+    newest = Window.partitionBy(*keys).orderBy(F.col("sys_from").desc())
+    return history.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+
+
+def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapshot: RunSnapshot,
+                   requested_ts: float) -> DataFrame:
+    """Keys a pending reprocess request still covers: every key in the inputs or the meta
+    whose meta is older than the request (or missing, or failed)."""
+    keys = list(transformation.transform_keys)
+    known = meta.read_actual().select(*keys)
+    for inp in transformation.primary_inputs:
+        actual = inp.table.read_actual(as_of_delta=snapshot.deltas.get(inp.name, 0))
+        known = known.unionByName(_null_free(actual.select(*keys), keys))
+    state = meta.read_actual().select(*keys, "process_ts", "is_success")
+    waiting = known.distinct().join(state, on=keys, how="left").where(
+        F.col("process_ts").isNull() | ~F.col("is_success") | (F.col("process_ts") < F.lit(requested_ts))
+    )
+    return waiting.select(
+        *keys,
+        F.lit(None).cast(DoubleType()).alias(TS_COL),
+        F.lit(None).cast(StringType()).alias(INPUT_COL),
+    )
+
+
+@dataclass(frozen=True)
+class IndexRequest:
+    """What the control plane says before any data is read.
+
+    `settled`: per input, the last delta a complete earlier run processed entirely (v2);
+    `failed_deltas`: the meta deltas listed as holding failed keys, and `failed_since` the
+    commit_ts of the oldest of them (v2); `reprocess_ts`: the clock value R of a pending
+    reprocess request."""
+
+    snapshot: RunSnapshot
+    offsets: Mapping[str, float]
+    use_offsets: bool
+    settled: Mapping[str, int] = field(default_factory=dict)
+    failed_deltas: Sequence[int] = ()
+    failed_since: float | None = None
+    reprocess_ts: float | None = None
+
+    def deltas_by_input(self, transformation: Transformation) -> dict[str, list[DeltaInfo]]:
+        """The deltas each input contributes (inputs with none left out)."""
+        found = {}
+        for inp in transformation.inputs:
+            if self.use_offsets:
+                deltas = deltas_to_read(inp, self.offsets.get(inp.name, ALL_HISTORY), self.snapshot,
+                                        self.settled.get(inp.name, 0))
+            else:
+                deltas = deltas_to_read(inp, ALL_HISTORY, self.snapshot, 0)
+            if deltas:
+                found[inp.name] = deltas
+        return found
+
+    def is_empty(self, transformation: Transformation) -> bool:
+        """True when the control plane alone shows there is nothing to process."""
+        return (self.reprocess_ts is None and not (self.use_offsets and self.failed_deltas)
+                and self.use_offsets and not self.deltas_by_input(transformation))
 
 
 def compute_changed_index(
     transformation: Transformation,
     meta: VersionedTable,
-    snapshot: RunSnapshot,
-    offsets: Mapping[str, float],
-    use_offsets: bool,
+    request: IndexRequest,
     pushdown_limit: int,
-) -> ChangedIndex:
+) -> ChangedIndex | None:
+    """The changed index of `request`; None when nothing can be changed (no Spark used)."""
     keys = list(transformation.transform_keys)
-    candidates = None
-    for inp in transformation.inputs:
-        since = offsets.get(inp.name, ALL_HISTORY) if use_offsets else ALL_HISTORY
-        marked = input_candidates(transformation, inp, since, snapshot, pushdown_limit)
-        candidates = marked if candidates is None else candidates.unionByName(marked)
-    all_candidates = candidates.unionByName(failed_keys(transformation, meta))
-    known = read_actual_matching(
-        meta,
-        all_candidates,
-        {k: k for k in keys},
-        None,
-        pushdown_limit,
-    ).select(*keys, "process_ts", "is_success")
-    joined = all_candidates.join(known, on=keys, how="left")
-    rows = joined.where(
-        F.col("process_ts").isNull()
-        | ~F.col("is_success")
-        | (F.col(TS_COL) > F.col("process_ts"))
-    ).select(*keys, TS_COL, INPUT_COL)
-    return ChangedIndex(rows=rows, transform_keys=keys)
+    by_input = request.deltas_by_input(transformation)
+    parts = [
+        input_candidates(transformation, inp, by_input[inp.name], request.snapshot, pushdown_limit)
+        for inp in transformation.inputs if inp.name in by_input
+    ]
+    failed = failed_keys(transformation, meta, list(request.failed_deltas) if request.use_offsets else None)
+    if failed is not None:
+        parts.append(failed)
+    rows = None
+    if parts:
+        candidates = reduce(DataFrame.unionByName, parts)
+        if request.use_offsets:
+            read_from = [deltas[0].commit_ts for deltas in by_input.values()]
+            if request.failed_since is not None:
+                read_from.append(request.failed_since)
+            known = latest_meta_since(meta, min(read_from), None)
+        else:
+            known = meta.read_actual()
+        joined = candidates.join(known.select(*keys, "process_ts", "is_success"), on=keys, how="left")
+        rows = joined.where(
+            F.col("process_ts").isNull()
+            | ~F.col("is_success")
+            | (F.col(TS_COL) > F.col("process_ts"))
+        ).select(*keys, TS_COL, INPUT_COL)
+    if request.reprocess_ts is not None:
+        waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts)
+        rows = waiting if rows is None else rows.unionByName(waiting)
+    return None if rows is None else ChangedIndex(rows=rows, transform_keys=keys)
 
 
 def assign_batches(keys: DataFrame, transform_keys: list[str], batch_size: int | None) -> DataFrame:

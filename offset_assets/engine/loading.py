@@ -1,21 +1,70 @@
 """Reading only the rows a run needs (the filtered join).
 
-A run never reads a whole table to find a handful of rows: key values are collected
-(they are few: the changed keys of one batch) and pushed down to the Parquet scan as an
-IN filter. Above `pushdown_limit` distinct values the lookup becomes a semi-join, which
-Spark still plans as a broadcast join against the (small) key set.
+A run never reads a whole table to find a handful of rows. Keys are held by the driver
+when they are few (`KeyValues`: the changed keys of one batch) and pushed down to the
+Parquet scan as an IN filter; above `pushdown_limit` values, or for keys of several
+columns, the lookup is a semi-join against a broadcast local relation. A key whose
+change the run has just read is looked up in the deltas it read (`latest_of_keys`), not
+in the whole table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
+from offset_assets.control_plane.delta_catalog import DeltaInfo
+from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_PUSHDOWN_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class KeyValues:
+    """Key values held by the driver: one tuple per key over `columns`."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+    def frame(self, table: VersionedTable) -> DataFrame:
+        """The keys as a local relation typed like `table`'s columns."""
+        schema = StructType([table.schema[c] for c in self.columns])
+        return table.spark.createDataFrame(list(self.rows), schema)
+
+
+def _matching(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdown_limit: int) -> DataFrame:
+    if len(keys.columns) == 1 and len(keys.rows) <= pushdown_limit:
+        return df.where(F.col(f"`{keys.columns[0]}`").isin([row[0] for row in keys.rows]))
+    return df.join(F.broadcast(keys.frame(table)), on=list(keys.columns), how="left_semi")
+
+
+def read_actual_of_keys(table: VersionedTable, keys: KeyValues, as_of_delta: int | None,
+                        pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT) -> DataFrame:
+    """Actual rows of `table` (as of `as_of_delta`) whose `keys.columns` hold one of the keys."""
+    if not keys.rows:
+        return table.read_actual(as_of_delta=as_of_delta).where(F.lit(False))
+    if len(keys.columns) == 1 and len(keys.rows) <= pushdown_limit:
+        return table.read_actual(as_of_delta=as_of_delta, where_in={keys.columns[0]: [r[0] for r in keys.rows]})
+    return table.read_actual(as_of_delta=as_of_delta, keys=F.broadcast(keys.frame(table)))
+
+
+def latest_of_keys(table: VersionedTable, deltas: Sequence[DeltaInfo], keys: KeyValues,
+                   pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT) -> DataFrame:
+    """Actual rows (data columns) of keys that have a version in `deltas`, read from those
+    deltas only: when a key has a version in the deltas up to the run snapshot, the newest
+    of them is its actual version (or its deletion)."""
+    readable = [d.data_path for d in deltas if not d.is_empty]
+    versions = _matching(table.reader.scan(readable), table, keys, pushdown_limit)
+    if len(readable) > 1:
+        newest = Window.partitionBy(*table.primary_key).orderBy(F.col(SYS_FROM).desc())
+        versions = versions.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
+    return versions.where(F.col(SYS_OP) == OP_UPSERT).select(*[F.col(f"`{c}`") for c in table.data_columns])
 
 
 def read_actual_matching(
@@ -27,7 +76,8 @@ def read_actual_matching(
 ) -> DataFrame:
     """Actual rows of `table` (as of `as_of_delta`) whose `columns` values occur in `values`.
 
-    `columns` maps a column of `values` to the column of `table` it must equal.
+    `columns` maps a column of `values` to the column of `table` it must equal. Up to
+    `pushdown_limit` distinct values of one column are collected and pushed down.
     """
     wanted = values.select(*[F.col(src).alias(dst) for src, dst in columns.items()])
     wanted = wanted.where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns.values())).distinct()

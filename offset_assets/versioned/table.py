@@ -265,10 +265,35 @@ class HotDelta:
     def __repr__(self) -> str:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
-    def write(self, df: DataFrame) -> WriteStats:
-        """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete)."""
+    def write(self, df: DataFrame, actual: DataFrame | None = None) -> WriteStats:
+        """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
+
+        `actual`: the caller's read of the actual rows (data columns, sys_op, sys_from) of
+        at least the keys it writes, when it has one (the engine read them to find the
+        rows a processed key no longer yields): the write then reads nothing else."""
         self._check_open("write to")
-        return self._write(conform(self.table.name, df, self.table.schema, self.table.primary_key))
+        return self._write(conform(self.table.name, df, self.table.schema, self.table.primary_key), actual)
+
+    def write_new_versions(self, df: DataFrame, rows: int) -> WriteStats:
+        """Append `rows` upserts that the caller knows are new states of distinct keys not
+        written earlier into this delta (a transformation's meta: every processed key gets
+        a new process_ts), skipping the classification and its read of the actual state."""
+        self._check_open("write to")
+        table = self.table
+        incoming = conform(table.name, df, table.schema, table.primary_key)
+        versions = incoming.select(*[F.col(f"`{c}`") for c in table.data_columns],
+                                   F.lit(0).alias(SYS_OP), F.lit(self.delta_num).cast("long").alias("sys_from"))
+        number = self._writes + 1
+        path = write_path(self.data_path, number)
+        try:
+            _write_parquet(versions, path, rows, table.primary_key)
+        except BaseException:
+            table.files.delete(path)
+            raise
+        self._writes = number
+        self._version_paths.append(path)
+        self.rows_upserted += rows
+        return WriteStats(rows, 0, 0)
 
     def delete(self, keys_df: DataFrame) -> WriteStats:
         """Delete the keys in `keys_df` (primary-key columns only): tombstones at commit."""
@@ -284,13 +309,16 @@ class HotDelta:
         others = [c for c in table.data_columns if c not in table.primary_key]
         return self._write(conform(table.name, keys, table.schema, table.primary_key, others))
 
-    def _write(self, incoming: DataFrame) -> WriteStats:
+    def _write(self, incoming: DataFrame, actual: DataFrame | None = None) -> WriteStats:
         table = self.table
         # Persisted: the incoming keys select the candidate actual versions (a semi-join)
         # and the rows are classified, without computing the caller's DataFrame twice.
         incoming = incoming.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            candidates = self._candidates(incoming.select(*table.primary_key))
+            if actual is None:
+                candidates = self._candidates(incoming.select(*table.primary_key))
+            else:
+                candidates = actual.select(*table.data_columns, SYS_OP, "sys_from")
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key
             ).persist(StorageLevel.MEMORY_AND_DISK)

@@ -1,0 +1,538 @@
+"""One run of one transformation, from lease to commit: the protocol that `run_full`,
+`run_changelist` and the Dagster IO manager all drive.
+
+    with engine.open_run(t) as run:
+        for batch in run.batches:
+            run.process_batch(batch, t.func)      # or input_frames + apply_outputs
+        result = run.finish()
+
+A run holds the transformation's lease, takes a snapshot (each input's last committed
+delta and the commit clock), computes the changed index (`changed_index.py`), processes
+it in batches and commits outputs, meta and offsets together (`commit.py`):
+
+- commit_mode "end" (default): each batch's outputs are written into the output tables'
+  hot deltas as the batch ends, and everything commits in one transaction in `finish`;
+  a failure before that commits nothing and the next run redoes the work;
+- commit_mode "batch": each batch commits its own outputs, meta and offsets, so a crash
+  in batch k of K resumes at batch k (committed keys carry process_ts, so they drop out
+  of the next changed index).
+
+A batch whose function raises, or whose output cannot be written (a missing column, a
+row for a key the batch did not process, two different rows for one output key), is
+recorded as failed in meta with the error text; the run goes on and later runs retry
+those keys. `run_changelist` processes given keys and never touches offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from offset_assets.control_plane.failures import FailedDeltas
+from offset_assets.control_plane.leases import LeaseKeeper, make_holder
+from offset_assets.control_plane.reprocess import ReprocessRequests
+from offset_assets.control_plane.settled import SettledSnapshots
+from offset_assets.engine.changed_index import IndexRequest, RunSnapshot, compute_changed_index
+from offset_assets.engine.commit import CommitPlan, commit_run_work, offsets_after
+from offset_assets.engine.errors import TransformationOutputError
+from offset_assets.engine.keys import (
+    DistributedKeys,
+    LocalKeys,
+    distributed_from_rows,
+    local_from_keys,
+    local_from_rows,
+)
+from offset_assets.engine.loading import (
+    KeyValues,
+    latest_of_keys,
+    read_actual_matching,
+    read_actual_of_keys,
+)
+from offset_assets.engine.meta import ERROR_TEXT_LIMIT, meta_rows, meta_table
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.table import HotDelta, VersionedTable
+
+log = logging.getLogger(__name__)
+
+KeysLike = DataFrame | Sequence[Mapping[str, Any]]
+
+
+def index_request(engine: Any, transformation: Transformation, meta: VersionedTable, snapshot: RunSnapshot,
+                  offsets: Mapping[str, float], change_detection: str, reprocess_ts: float | None,
+                  listed_failures: Sequence[int], use_settled: bool = True) -> IndexRequest:
+    """What the control plane tells the changed index (offsets, settled deltas, listed
+    failures, a pending reprocess request): one place for runs and `changed_keys`."""
+    use_offsets = change_detection == "v2"
+    failed_since = None
+    if use_offsets and listed_failures:
+        failed_since = meta.delta(listed_failures[0]).commit_ts
+    settled = {}
+    if use_offsets and use_settled:
+        settled = SettledSnapshots(engine.plane).get(transformation.transformation_id) or {}
+    return IndexRequest(
+        snapshot=snapshot,
+        offsets=offsets if use_offsets else {},
+        use_offsets=use_offsets,
+        settled=settled,
+        failed_deltas=listed_failures,
+        failed_since=failed_since,
+        reprocess_ts=reprocess_ts,
+    )
+
+
+class TransformationRun:
+    """One run of one transformation (see the module docstring for the protocol)."""
+
+    def __init__(self, engine: Any, transformation: Transformation, run_id: str,
+                 explicit_keys: KeysLike | None, change_detection: str,
+                 reprocess_all: bool = False) -> None:
+        self.engine = engine
+        self.t = transformation
+        self.run_id = run_id
+        self.lease_holder = make_holder(run_id)
+        # Hot deltas name the transformation too, so a later run can recognise its own leftovers.
+        self.holder = f"{transformation.transformation_id}:{self.lease_holder}"
+        self._explicit_keys = explicit_keys
+        self.change_detection = change_detection
+        self.reprocess_all = reprocess_all
+        self.offsets_reset: dict[str, float] = {}
+        self._first_commit_done = False
+        self._keeper = LeaseKeeper(engine.leases, transformation.transformation_id, self.lease_holder,
+                                   engine.lease_ttl_s)
+        self._batch_frames: list[DataFrame] = []
+        self._output_hots: dict[str, HotDelta] = {}  # end mode: open until finish
+        self._meta_pending: list[tuple[KeyValues | DataFrame, str | None]] = []
+        self._failed_in_run = 0
+        self._finished = False
+        self._started = 0.0
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> TransformationRun:
+        self._started = time.monotonic()
+        self._keeper.__enter__()
+        try:
+            self._prepare()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        self._release_batch_frames()
+        if isinstance(getattr(self, "keys", None), DistributedKeys):
+            self.keys.frame.unpersist()
+        if not self._finished:
+            # Files of an unfinished end-mode run are garbage: discard them now rather than
+            # leave them to the next run.
+            for hot in self._output_hots.values():
+                _rollback_quietly(hot)
+        self._keeper.__exit__(None, None, None)
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.engine.spark
+
+    @property
+    def transform_keys(self) -> list[str]:
+        return list(self.t.transform_keys)
+
+    @property
+    def is_full(self) -> bool:
+        return self._explicit_keys is None
+
+    # -- preparation ------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        t, engine, tid = self.t, self.engine, self.t.transformation_id
+        self.meta = meta_table(self.spark, engine.plane, t)
+        self._discard_crashed_hot_deltas()
+        deltas, clock = engine.catalog.snapshot_state([inp.name for inp in t.inputs])
+        self.snapshot = RunSnapshot(deltas, clock)
+        self.snapshot_commit_ts = {
+            name: engine.catalog.by_num(name, num).commit_ts for name, num in deltas.items() if num > 0
+        }
+        self.offsets_before = engine.offsets.get_offsets_for_transformation(tid)
+        self.pending_request = ReprocessRequests(engine.plane).pending(tid)
+        if self.reprocess_all:
+            # The reset is written in the run's first commit: a backfill that fails before
+            # it leaves the offsets as they were.
+            self.offsets_reset = dict(self.offsets_before)
+            log.warning("reprocess_all: %s processes every key; offsets %s are reset at commit",
+                        tid, self.offsets_reset)
+            self.offsets_before = {}
+        # A reprocess covers the keys whose meta is older than R: R = this run's process_ts
+        # for a backfill (every earlier process_ts is smaller), else the pending request's.
+        self.request_ts = self.pending_request
+        if self.reprocess_all and self.request_ts is None:
+            self.request_ts = clock
+        self._listed_failures = FailedDeltas(engine.plane).listed(tid) if self.is_full else []
+        self.result = RunResult(
+            transformation_id=tid,
+            run_id=self.run_id,
+            mode="full" if self.is_full else "changelist",
+            change_detection=("explicit" if not self.is_full else
+                              "reprocess_all" if self.reprocess_all else self.change_detection),
+            commit_mode=t.commit_mode,
+            process_ts=clock,
+            snapshot_deltas=dict(deltas),
+            offsets_before=dict(self.offsets_before),
+        )
+        self.result.offsets_reset = self.offsets_reset
+        self.keys = self._select_keys()
+        if isinstance(self.keys, LocalKeys):
+            self.batch_sizes = {i: len(b) for i, b in enumerate(self.keys.batches)}
+            self._batch_min_ts = dict(enumerate(self.keys.min_ts))
+        else:
+            self.batch_sizes = dict(self.keys.sizes)
+            self._batch_min_ts = self.keys.min_ts
+        self.batches: list[int] = sorted(self.batch_sizes)
+        self.result.changed_keys = sum(self.batch_sizes.values())
+        self.result.batches = len(self.batches)
+
+    def _index_request(self) -> IndexRequest:
+        return index_request(self.engine, self.t, self.meta, self.snapshot, self.offsets_before,
+                             self.change_detection, self.request_ts, self._listed_failures,
+                             use_settled=not self.reprocess_all)
+
+    def _select_keys(self) -> LocalKeys | DistributedKeys:
+        columns = self.transform_keys
+        limit = self.engine.driver_keys_limit
+        if not self.is_full:
+            return self._explicit(columns, limit)
+        request = self._index_request()
+        self._deltas_read = request.deltas_by_input(self.t) if request.use_offsets else {}
+        index = compute_changed_index(self.t, self.meta, request, self.engine.pushdown_limit)
+        if index is None:
+            return local_from_keys(columns, [], self.t.batch_size)
+        rows = index.rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            collected = rows.limit(limit + 1).collect()
+            if len(collected) <= limit:
+                return local_from_rows(columns, collected, self.t.batch_size)
+            self._deltas_read = {}
+            return distributed_from_rows(columns, rows, self.t.batch_size,
+                                         with_min_ts=self.t.commit_mode == "batch")
+        finally:
+            rows.unpersist()
+
+    def _explicit(self, columns: list[str], limit: int) -> LocalKeys | DistributedKeys:
+        self._deltas_read = {}
+        keys = self._explicit_keys
+        if isinstance(keys, DataFrame):
+            missing = [k for k in columns if k not in keys.columns]
+            if missing:
+                raise TransformationOutputError(
+                    f"run_changelist of {self.t.transformation_id!r}: keys lack column(s) {missing}"
+                )
+            frame = keys.select(*columns).where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns)).distinct()
+            collected = frame.limit(limit + 1).collect()
+            if len(collected) > limit:
+                rows = frame.select(*columns, F.lit(None).cast("double").alias("update_ts"),
+                                    F.lit(None).cast("string").alias("_input_name"))
+                return distributed_from_rows(columns, rows, self.t.batch_size, with_min_ts=False)
+            return local_from_keys(columns, [tuple(row) for row in collected], self.t.batch_size)
+        values = []
+        for row in keys:
+            missing = [k for k in columns if k not in row]
+            if missing:
+                raise TransformationOutputError(
+                    f"run_changelist of {self.t.transformation_id!r}: key {dict(row)!r} lacks column(s) {missing}"
+                )
+            values.append(tuple(row[k] for k in columns))
+        return local_from_keys(columns, values, self.t.batch_size)
+
+    def _discard_crashed_hot_deltas(self) -> None:
+        # We hold the lease, so a hot delta left by an earlier run of this transformation
+        # belongs to a run that died before committing: its files are garbage.
+        prefix = f"{self.t.transformation_id}:"
+        for table in [*self.t.outputs, self.meta]:
+            hot = table.hot()
+            if hot is not None and (hot.holder or "").startswith(prefix):
+                log.warning("discarding hot delta %s of %s left by crashed run %s",
+                            hot.delta_num, table.name, hot.holder)
+                table.rollback_hot()
+
+    # -- batches ----------------------------------------------------------------------
+
+    def _batch(self, batch: int) -> KeyValues | DataFrame:
+        return self.keys.batch(batch)
+
+    def batch_keys(self, batch: int) -> DataFrame:
+        """The transform keys of `batch` as a DataFrame."""
+        keys = self._batch(batch)
+        return keys.frame(self.meta) if isinstance(keys, KeyValues) else keys
+
+    def _read_for_keys(self, table: VersionedTable, keys: KeyValues | DataFrame, as_of: int | None) -> DataFrame:
+        if isinstance(keys, KeyValues):
+            return read_actual_of_keys(table, keys, as_of, self.engine.pushdown_limit)
+        return table.read_actual(as_of_delta=as_of, keys=keys)
+
+    def _primary_frame(self, inp: Any, keys: KeyValues | DataFrame) -> DataFrame:
+        """Actual rows of a primary input for the batch's keys. Keys that this input's
+        changes marked are read from the deltas the run read (their newest version is
+        there); others (failed, reprocessed, marked through a reference) from the table."""
+        table, as_of = inp.table, self.snapshot.deltas.get(inp.name, 0)
+        deltas = self._deltas_read.get(inp.name)
+        if (not isinstance(keys, KeyValues) or not deltas
+                or set(table.primary_key) != set(self.transform_keys)):
+            return self._read_for_keys(table, keys, as_of).select(*table.data_columns)
+        # KeyValues columns follow the transform keys; the primary key may list them in
+        # another order, which `latest_of_keys` does not mind (it joins by name).
+        marked = self.keys.marked_by
+        via_changes = tuple(k for k in keys.rows if inp.name in marked.get(k, ()))
+        others = tuple(k for k in keys.rows if inp.name not in marked.get(k, ()))
+        parts = []
+        if via_changes:
+            parts.append(latest_of_keys(table, deltas, KeyValues(keys.columns, via_changes),
+                                        self.engine.pushdown_limit))
+        if others or not parts:
+            parts.append(self._read_for_keys(table, KeyValues(keys.columns, others), as_of)
+                         .select(*table.data_columns))
+        return _union(parts)
+
+    def input_frames(self, batch: int) -> dict[str, DataFrame]:
+        """Actual rows (as of the run snapshot) of every input for the keys of `batch`.
+
+        Primary inputs are read for the batch's keys; reference inputs only for the join
+        values those rows hold (filtered join), never whole."""
+        keys = self._batch(batch)
+        frames: dict[str, DataFrame] = {}
+        for inp in self.t.primary_inputs:
+            frames[inp.name] = self._persist(self._primary_frame(inp, keys))
+        for inp in self.t.reference_inputs:
+            sources = [frames[p.name] for p in self.t.inputs_with_column(next(iter(inp.join_keys)))
+                       if set(inp.join_keys) <= set(p.table.data_columns)]
+            values = _union([s.select(*inp.join_keys) for s in sources])
+            frame = read_actual_matching(inp.table, values, dict(inp.join_keys),
+                                         self.snapshot.deltas.get(inp.name, 0), self.engine.pushdown_limit)
+            frames[inp.name] = self._persist(frame.select(*inp.table.data_columns))
+        for name, frame in frames.items():
+            self.result.add_rows_read(name, frame.count())
+        return frames
+
+    def _persist(self, df: DataFrame) -> DataFrame:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._batch_frames.append(df)
+        return df
+
+    def _release_batch_frames(self) -> None:
+        for df in self._batch_frames:
+            df.unpersist()
+        self._batch_frames.clear()
+
+    def process_batch(self, batch: int, func: Any) -> bool:
+        """Run `func` on the batch and hand its outputs on; False when the batch failed."""
+        frames = self.input_frames(batch)
+        try:
+            produced = func(**frames)
+        except Exception as exc:  # noqa: BLE001 - a failing batch is recorded, not fatal
+            self.record_failure(batch, exc)
+            return False
+        return self.apply_outputs(batch, produced)
+
+    def apply_outputs(self, batch: int, produced: DataFrame | Mapping[str, DataFrame]) -> bool:
+        """Write the batch's outputs (end mode: into the run's hot deltas; batch mode: and
+        commit them). An output the function got wrong fails the batch, not the run."""
+        hots: dict[str, HotDelta] = {}
+        try:
+            outputs = self._evaluate_outputs(batch, produced)
+            hots = self._write_outputs(batch, outputs)
+        except Exception as exc:  # noqa: BLE001 - errors of the user's function surface here
+            if self.t.commit_mode == "batch":
+                for hot in hots.values():
+                    _rollback_quietly(hot)
+            self.record_failure(batch, exc)
+            return False
+        self.result.processed_keys += self.batch_sizes[batch]
+        if self.t.commit_mode == "batch":
+            self._commit(list(hots.values()), [(self._batch(batch), None)], batch)
+        else:
+            self._meta_pending.append((self._batch(batch), None))
+        self._release_batch_frames()
+        return True
+
+    def record_failure(self, batch: int, exc: BaseException) -> None:
+        count = self.batch_sizes[batch]
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        log.error("batch %s of %s failed for %s key(s): %s", batch, self.t.transformation_id, count, text)
+        self.result.failed_keys += count
+        self.result.batches_failed += 1
+        self.result.errors.append(f"batch {batch}: {text[:1000]}")
+        self._failed_in_run += count
+        if self.t.commit_mode == "batch":
+            self._commit([], [(self._batch(batch), text)], batch)
+        else:
+            self._meta_pending.append((self._batch(batch), text))
+        self._release_batch_frames()
+
+    def _evaluate_outputs(self, batch: int, produced: DataFrame | Mapping[str, DataFrame],
+                          ) -> dict[str, DataFrame]:
+        tid = self.t.transformation_id
+        by_name = {out.name: out for out in self.t.outputs}
+        if isinstance(produced, DataFrame):
+            if len(self.t.outputs) != 1:
+                raise TransformationOutputError(
+                    f"transformation {tid!r} has outputs {sorted(by_name)}: return a mapping of them"
+                )
+            produced = {self.t.outputs[0].name: produced}
+        if not isinstance(produced, Mapping) or set(produced) != set(by_name):
+            got = sorted(produced) if isinstance(produced, Mapping) else type(produced).__name__
+            raise TransformationOutputError(
+                f"transformation {tid!r} must return DataFrames for outputs {sorted(by_name)}, got {got}"
+            )
+        keys = self.batch_keys(batch)
+        evaluated = {}
+        for name, df in produced.items():
+            table = by_name[name]
+            missing = [c for c in table.data_columns if c not in df.columns]
+            if missing:
+                raise TransformationOutputError(
+                    f"transformation {tid!r}: output {name!r} lacks column(s) {missing}"
+                )
+            df = self._persist(df.select(*table.data_columns))
+            stray = df.join(F.broadcast(keys), on=self.transform_keys, how="left_anti").limit(1).collect()
+            if stray:
+                raise TransformationOutputError(
+                    f"transformation {tid!r}: output {name!r} has a row for transform key "
+                    f"{stray[0].asDict()} that this batch did not process"
+                )
+            evaluated[name] = df
+        return evaluated
+
+    def _write_outputs(self, batch: int, outputs: Mapping[str, DataFrame]) -> dict[str, HotDelta]:
+        """Write each output's replacement of the batch's keys into its hot delta."""
+        by_name = {out.name: out for out in self.t.outputs}
+        hots: dict[str, HotDelta] = {}
+        for name, df in outputs.items():
+            table = by_name[name]
+            if self.t.commit_mode == "batch" or name not in self._output_hots:
+                hot = table.open_delta(holder=self.holder, run_id=self.run_id)
+                if self.t.commit_mode == "end":
+                    self._output_hots[name] = hot
+            else:
+                hot = self._output_hots[name]
+            hots[name] = hot
+            written = self._write_replacement(hot, table, df, self._batch(batch))
+            self.result.add_written(name, written.rows_upserted, written.rows_deleted)
+        return hots
+
+    def _write_replacement(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
+                           keys: KeyValues | DataFrame) -> Any:
+        """The processed keys' new output, plus deletes of their previous output rows that
+        the new output no longer has: one write of upserts and tombstones."""
+        previous = self._read_for_keys(table, keys, None).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            pk = list(table.primary_key)
+            gone = previous.select(*pk).join(new.select(*pk), on=pk, how="left_anti")
+            deletes = gone.select(
+                *[F.col(c) if c in pk else F.lit(None).cast(table.schema[c].dataType).alias(c)
+                  for c in table.data_columns],
+                F.lit(1).alias("sys_op"),
+            )
+            rows = new.withColumn("sys_op", F.lit(0)).unionByName(deletes)
+            # Every written key's actual row belongs to a processed key when the output's
+            # primary key holds the transform keys: the read above is then the whole
+            # candidate set and the write reads nothing more.
+            actual = previous if set(self.transform_keys) <= set(pk) else None
+            return hot.write(rows, actual=actual)
+        finally:
+            previous.unpersist()
+
+    # -- commit -----------------------------------------------------------------------
+
+    def _offsets_after(self, batch: int | None) -> dict[str, float]:
+        if not self.is_full:
+            return {}  # run_changelist never moves offsets
+        waiting = [] if batch is None else [ts for later, ts in self._batch_min_ts.items() if later > batch]
+        return offsets_after(self.snapshot_commit_ts, self.offsets_before, waiting)
+
+    def _meta_frame(self, pending: Sequence[tuple[KeyValues | DataFrame, str | None]]) -> tuple[DataFrame, int, int]:
+        """(meta rows, rows, failed rows) of processed and failed batches."""
+        process_ts = self.snapshot.process_ts
+        if all(isinstance(keys, KeyValues) for keys, _ in pending):
+            rows = [(*key, process_ts, error is None, None if error is None else error[:ERROR_TEXT_LIMIT])
+                    for keys, error in pending for key in keys.rows]
+            failed = sum(len(keys.rows) for keys, error in pending if error is not None)
+            return self.spark.createDataFrame(rows, self.meta.schema), len(rows), failed
+        frames = [meta_rows(keys if isinstance(keys, DataFrame) else keys.frame(self.meta), process_ts, error)
+                  for keys, error in pending]
+        sizes = [len(k.rows) if isinstance(k, KeyValues) else k.count() for k, _ in pending]
+        failed = sum(size for size, (_, error) in zip(sizes, pending, strict=True) if error is not None)
+        return _union(frames), sum(sizes), failed
+
+    def _commit(self, hots: list[HotDelta], meta: Sequence[tuple[KeyValues | DataFrame, str | None]],
+                batch: int | None, final: bool = False) -> None:
+        plan = CommitPlan(self.t.transformation_id, self.lease_holder, offsets=self._offsets_after(batch))
+        if self.reprocess_all and not self._first_commit_done:
+            plan.reset_offsets = True
+            if self.t.commit_mode == "batch":
+                plan.reprocess_request_ts = self.request_ts
+        if final and self.is_full:
+            plan.final = True
+            plan.complete_request_ts = self.request_ts
+            plan.drop_failed_deltas = self._listed_failures
+            plan.settled = dict(self.snapshot.deltas) if self.change_detection == "v2" else None
+        meta_hot = None
+        try:
+            if meta:
+                frame, rows, failed = self._meta_frame(meta)
+                if rows:
+                    meta_hot = self.meta.open_delta(holder=self.holder, run_id=self.run_id)
+                    meta_hot.write_new_versions(frame, rows)
+                    plan.failed_meta_keys = failed
+            written = [hot for hot in hots if hot.rows_upserted or hot.rows_deleted or hot.rows_unchanged]
+            for hot in hots:
+                if hot not in written:
+                    hot.rollback()
+            commit_run_work(self.engine.plane, written, meta_hot, plan)
+        except BaseException:
+            for hot in [*hots, *([meta_hot] if meta_hot else [])]:
+                _rollback_quietly(hot)
+            raise
+        self._first_commit_done = True
+        for hot in [*written, *([meta_hot] if meta_hot else [])]:
+            self.result.add_delta(hot.table.name, hot.delta_num)
+        self.result.offsets_after = {**self.result.offsets_after, **plan.offsets}
+
+    def finish(self) -> RunResult:
+        """Commit what the run holds: in end mode everything, in one transaction; in batch
+        mode the bookkeeping of a complete run (its batches are committed already)."""
+        if self._finished:
+            raise TransformationOutputError(f"run {self.run_id} of {self.t.transformation_id!r} already finished")
+        if self.t.commit_mode == "end":
+            self._commit(list(self._output_hots.values()), self._meta_pending, None, final=True)
+        else:
+            self._commit([], [], None, final=True)
+        self._finished = True
+        self.result.offsets_after = self.engine.offsets.get_offsets_for_transformation(self.t.transformation_id)
+        self.result.duration_s = time.monotonic() - self._started
+        log.info("%s", self.result.summary())
+        return self.result
+
+
+def _rollback_quietly(hot: HotDelta) -> None:
+    if not hot.is_open:
+        return
+    try:
+        hot.rollback()
+    except Exception:  # noqa: BLE001 - the original error matters more
+        log.exception("rollback of hot delta %s of %s failed", hot.delta_num, hot.table.name)
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
