@@ -2,7 +2,8 @@
 
 Everything has a safe local default so that `make demo` needs no set-up: a state folder
 in the working directory holding the SQLite control plane and the Parquet warehouse.
-Production points the same variables at PostgreSQL, a Hadoop file system and a cluster.
+Production points the same variables at PostgreSQL, a Hadoop file system and a cluster
+(a `spark.master`, or a Spark Connect server).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ ENV_HOME = "OFFSET_ASSETS_HOME"
 ENV_DB_URL = "OFFSET_ASSETS_DB_URL"
 ENV_WAREHOUSE = "OFFSET_ASSETS_WAREHOUSE"
 ENV_SPARK_MASTER = "OFFSET_ASSETS_SPARK_MASTER"
+ENV_SPARK_REMOTE = "OFFSET_ASSETS_SPARK_REMOTE"
 
 
 def state_dir() -> Path:
@@ -40,4 +42,11 @@ def default_warehouse() -> str:
 
 
 def default_spark_master() -> str:
+    """`spark.master` of a session the library starts: `OFFSET_ASSETS_SPARK_MASTER`, else `local[*]`."""
     return os.environ.get(ENV_SPARK_MASTER, "local[*]")
+
+
+def default_spark_remote() -> str | None:
+    """Spark Connect endpoint (`sc://host:15002`): `OFFSET_ASSETS_SPARK_REMOTE`, else none
+    (the library then starts its own driver with `default_spark_master()`)."""
+    return os.environ.get(ENV_SPARK_REMOTE) or None

@@ -1,8 +1,12 @@
 """The Spark session of the data plane.
 
 `local[*]` by default; any `spark.master` (standalone, YARN, Kubernetes) through
-`OFFSET_ASSETS_SPARK_MASTER` or the `master` argument. Java is checked first so a
-missing or old JVM is one clear line instead of a launcher traceback.
+`OFFSET_ASSETS_SPARK_MASTER` or the `master` argument; or a Spark Connect server
+(`sc://host:15002`) through `OFFSET_ASSETS_SPARK_REMOTE` or the `remote` argument, in
+which case this process runs no JVM at all. Java is checked first for a driver of our
+own, and a master or Connect endpoint is knocked on before Spark is asked to use it, so
+a missing JVM or an endpoint that does not answer is one clear line instead of a
+launcher traceback or a minute of silent retries.
 """
 
 from __future__ import annotations
@@ -10,14 +14,19 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
-from offset_assets.config import default_spark_master
-from offset_assets.errors import JavaNotFoundError
+from offset_assets.config import default_spark_master, default_spark_remote
+from offset_assets.errors import JavaNotFoundError, OffsetAssetsError
 
 MIN_JAVA = 17
+CONNECT_DEFAULT_PORT = 15002
+STANDALONE_DEFAULT_PORT = 7077
+ENDPOINT_TIMEOUT_SECONDS = 5.0
 
 # Settings every offset-assets session needs: UTC so epoch doubles and timestamps agree,
 # and Parquet files we write are the only ones read (no partition discovery surprises).
@@ -48,17 +57,79 @@ def check_java() -> None:
         raise JavaNotFoundError(f"Java {version} found; Spark 4 needs Java {MIN_JAVA}+")
 
 
+class SparkUnavailableError(OffsetAssetsError):
+    """The Spark master or Connect endpoint does not answer, or both were given."""
+
+
+def endpoints(url: str) -> list[tuple[str, int]]:
+    """(host, port) pairs a `spark://` master list or an `sc://` Connect URL points at;
+    none for masters this process does not dial itself (local, yarn, k8s)."""
+    scheme, _, rest = url.partition("://")
+    if scheme == "sc":
+        parsed = urlsplit(f"sc://{rest.split(';', 1)[0]}")
+        return [(parsed.hostname or "localhost", parsed.port or CONNECT_DEFAULT_PORT)]
+    if scheme == "spark":
+        hosts = []
+        for address in rest.rstrip("/").split(","):
+            host, _, port = address.rpartition(":")
+            hosts.append((host, int(port)) if host else (address, STANDALONE_DEFAULT_PORT))
+        return hosts
+    return []
+
+
+def check_endpoint(url: str) -> None:
+    """Raise `SparkUnavailableError` naming `url` when none of its endpoints accepts a
+    connection. Spark itself would retry for a minute (standalone registration) or far
+    longer (Connect's gRPC retry policy) before saying anything."""
+    errors = []
+    for host, port in endpoints(url):
+        try:
+            with socket.create_connection((host, port), timeout=ENDPOINT_TIMEOUT_SECONDS):
+                return
+        except OSError as exc:
+            errors.append(f"{host}:{port}: {exc.strerror or exc}")
+    if errors:
+        raise SparkUnavailableError(f"Spark endpoint {url} does not answer ({'; '.join(errors)})")
+
+
+def is_connect_session(spark: SparkSession) -> bool:
+    """True for a Spark Connect client session (no JVM, no `sparkContext` in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def is_local_driver(spark: SparkSession) -> bool:
+    """True when this process is the driver and its executors are threads of its own JVM:
+    its files, working folder and Python are theirs too."""
+    return not is_connect_session(spark) and spark.conf.get("spark.master", "").startswith("local")
+
+
 def get_spark_session(
     master: str | None = None,
     app_name: str = "offset-assets",
     conf: dict[str, str] | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
-    """The active session, or a new one with the offset-assets base settings."""
+    """The active session, or a new one with the offset-assets base settings: a Connect
+    client when `remote` (else `OFFSET_ASSETS_SPARK_REMOTE`) is set, otherwise a driver
+    of this process on `master` (else `OFFSET_ASSETS_SPARK_MASTER`, else `local[*]`)."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    check_java()
-    builder = SparkSession.builder.master(master or default_spark_master()).appName(app_name)
+    if master and remote:
+        raise SparkUnavailableError(
+            f"both a master ({master}) and a Spark Connect endpoint ({remote}) were given: "
+            "a Connect server has its own master, choose one"
+        )
+    remote = remote if master else remote or default_spark_remote()
+    if remote:
+        check_endpoint(remote)
+        builder = SparkSession.builder.remote(remote)
+    else:
+        master = master or default_spark_master()
+        check_java()
+        check_endpoint(master)
+        builder = SparkSession.builder.master(master)
+    builder = builder.appName(app_name)
     for key, value in {**BASE_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -111,7 +111,7 @@ def test_bad_input_is_refused_naming_table_and_problem_and_nothing_is_written(sp
         with pytest.raises(error, match=rf"table 'sales': .*{message}"):
             hot.write(make_df(spark))
             pytest.fail(f"{case}: accepted")
-    assert not WarehouseFiles(spark).exists(hot.data_path)
+    assert not WarehouseFiles().exists(hot.data_path)
     assert hot.rows_upserted == hot.rows_deleted == 0
     # The hot delta is still usable after refused writes.
     hot.write(good_row(spark))

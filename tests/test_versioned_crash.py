@@ -120,7 +120,7 @@ def test_a_writer_killed_while_writing_files_exposes_nothing(spark, sqlite_url, 
         orders.open_delta()
 
     assert orders.rollback_hot().holder == "doomed-writer"
-    assert not WarehouseFiles(spark).exists(data_path)
+    assert not WarehouseFiles().exists(data_path)
     orders.cleanup(min_age_seconds=0)
     after = orders.write_delta(spark.createDataFrame([(3, "next")], SCHEMA))
     assert after.delta_num == 2

@@ -148,7 +148,7 @@ def test_cleanup_removes_only_unreferenced_folders_older_than_the_grace_period(s
     table.catalog.rollback("events", crashed.delta_num)  # the row is gone, the files stay behind
     stray_snapshot = f"{table.root}/snapshots/000000000001-deadbeef0000"
     spark.range(1).write.parquet(stray_snapshot)
-    files = WarehouseFiles(spark)
+    files = WarehouseFiles()
 
     assert table.cleanup() == []  # younger than the default grace period: maybe still being written
     removed = table.cleanup(min_age_seconds=0)

@@ -168,7 +168,7 @@ def test_hot_delta_is_invisible_and_rollback_frees_its_number_and_files(spark, s
 
     hot.rollback()
     assert stores.hot() is None and stores.delta(2) is None
-    assert not WarehouseFiles(spark).exists(hot.data_path)
+    assert not WarehouseFiles().exists(hot.data_path)
     with pytest.raises(DeltaClosedError, match=r"'stores'.*delta 2.*rolled back"):
         hot.write(rows(spark, [(3, "c", "basic")]))
     assert stores.open_delta().delta_num == 2

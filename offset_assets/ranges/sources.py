@@ -23,6 +23,7 @@ from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, parse_time
+from offset_assets.versioned.layout import WarehouseFiles
 
 
 @dataclass(frozen=True)
@@ -245,18 +246,10 @@ class FolderSource:
             moment += self.partition_step
         return paths
 
-    def _existing(self, spark: SparkSession, paths: list[str]) -> list[str]:
-        jvm = spark.sparkContext._jvm  # Hadoop FS: the same resolution Spark uses to read
-        conf = spark.sparkContext._jsc.hadoopConfiguration()
-        found = []
-        for path in paths:
-            hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-            if hadoop_path.getFileSystem(conf).exists(hadoop_path):
-                found.append(path)
-        return found
-
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
-        paths = self._existing(spark, self.partition_paths(data_range))
+        # The warehouse's file layer (fsspec): no JVM call, so a Spark Connect session works too.
+        files = WarehouseFiles()
+        paths = [path for path in self.partition_paths(data_range) if files.exists(path)]
         if not paths:
             if self.schema is None:
                 return SourceBatch(spark.createDataFrame([], T.StructType([])), data_range.end, 0)

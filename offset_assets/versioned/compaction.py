@@ -52,7 +52,7 @@ def compact(table: VersionedTable) -> int:
         (
             state.repartitionByRange(files, *table.primary_key)
             .sortWithinPartitions(*table.primary_key)
-            .write.mode("errorifexists")
+            .write.mode("error")  # not "errorifexists": Spark Connect accepts only this spelling
             .parquet(path)
         )
         rows = table.reader.scan([path]).count()

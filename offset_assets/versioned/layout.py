@@ -7,16 +7,27 @@
 Every folder is written once and never changed. Readers read exactly the folders the
 catalog names (a delta folder holds one sub-folder per write into the hot delta; names
 starting with `_` are skipped by Spark's file listing, which hides the writer's own
-bookkeeping). All file operations go through the Hadoop FileSystem API of the Spark JVM,
-so the warehouse can be any Hadoop URI (file:, hdfs:, s3a:, abfs:, gs:, ...).
+bookkeeping). Spark reads and writes the Parquet files; the few operations Spark has no
+DataFrame API for (exists, list, delete) go through fsspec on the Python side, so they
+work the same whether the session is a local driver, a cluster driver or a Spark Connect
+client (which has no JVM to ask). fsspec speaks the URIs Hadoop does: local paths and
+`file://`, `hdfs://` (through pyarrow's libhdfs), `s3a://` (s3fs), `abfs[s]://` (adlfs),
+`gs://` (gcsfs), once the implementation package is installed.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
+import fsspec
+from fsspec.core import split_protocol
 from pyspark.sql import SparkSession
+
+from offset_assets.errors import OffsetAssetsError
+from offset_assets.spark import is_local_driver
 
 DELTAS_DIR = "deltas"
 SNAPSHOTS_DIR = "snapshots"
@@ -62,6 +73,28 @@ def noop_path(delta_path: str, write_no: int) -> str:
     return f"{delta_path}/{NOOP_DIR}/w{write_no:04d}"
 
 
+class WarehousePathError(OffsetAssetsError, ValueError):
+    """The warehouse location cannot be used by this session (the message names it)."""
+
+
+def check_warehouse_location(spark: SparkSession, warehouse: str) -> str:
+    """`warehouse` unchanged when every process that touches it resolves it alike.
+
+    A relative path means the current folder of whoever resolves it: the driver's with a
+    local master (the only process), but each executor's own work folder on a cluster and
+    the server's on Spark Connect, so files would scatter or vanish. Refused there, before
+    anything is written, with the path named.
+    """
+    protocol, _ = split_protocol(warehouse)
+    if protocol is None and not os.path.isabs(warehouse) and not is_local_driver(spark):
+        raise WarehousePathError(
+            f"warehouse {warehouse!r} is a relative path, which executors (or a Spark Connect "
+            "server) resolve against their own working folder: use an absolute path or a URI "
+            "such as hdfs://namenode/warehouse"
+        )
+    return warehouse
+
+
 @dataclass(frozen=True)
 class FolderStatus:
     path: str
@@ -70,36 +103,54 @@ class FolderStatus:
 
 
 class WarehouseFiles:
-    """Hadoop FileSystem operations (exists, list, delete) through the Spark JVM."""
+    """exists, list and delete on warehouse URIs, through fsspec (one file system per URI
+    scheme, created on first use)."""
 
-    def __init__(self, spark: SparkSession) -> None:
-        self._jvm = spark._jvm
-        self._conf = spark._jsc.hadoopConfiguration()
+    def __init__(self) -> None:
+        self._file_systems: dict[str, fsspec.AbstractFileSystem] = {}
 
-    def _fs_path(self, path: str):  # noqa: ANN202 - py4j objects
-        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
-        return jpath.getFileSystem(self._conf), jpath
+    def _fs(self, path: str) -> fsspec.AbstractFileSystem:
+        protocol = split_protocol(path)[0] or "file"
+        if protocol not in self._file_systems:
+            try:
+                self._file_systems[protocol] = fsspec.core.url_to_fs(path)[0]
+            except (ImportError, OSError, ValueError) as exc:
+                raise WarehousePathError(
+                    f"cannot open the file system of {path!r}: {str(exc).splitlines()[0]}"
+                ) from None
+        return self._file_systems[protocol]
 
     def exists(self, path: str) -> bool:
-        fs, jpath = self._fs_path(path)
-        return bool(fs.exists(jpath))
+        return bool(self._fs(path).exists(path))
 
     def delete(self, path: str) -> bool:
         """Delete a folder and everything under it; False when it did not exist."""
-        fs, jpath = self._fs_path(path)
-        return bool(fs.delete(jpath, True))
+        fs = self._fs(path)
+        if not fs.exists(path):
+            return False
+        fs.rm(path, recursive=True)
+        return True
 
     def list_folders(self, path: str) -> list[FolderStatus]:
-        """Sub-folders of `path` (none when `path` does not exist)."""
-        fs, jpath = self._fs_path(path)
-        if not fs.exists(jpath):
+        """Sub-folders of `path` (none when `path` does not exist), named in the URI form
+        of `path` so that they can be passed back to `delete`."""
+        fs = self._fs(path)
+        if not fs.exists(path):
             return []
-        return [
-            FolderStatus(
-                str(status.getPath().toString()),
-                status.getPath().getName(),
-                status.getModificationTime() / 1000.0,
-            )
-            for status in fs.listStatus(jpath)
-            if status.isDirectory()
-        ]
+        base = path.rstrip("/")
+        folders = []
+        for entry in fs.ls(path, detail=True):
+            if entry["type"] != "directory":
+                continue
+            name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            folders.append(FolderStatus(f"{base}/{name}", name, _modified_at(fs, entry)))
+        return folders
+
+
+def _modified_at(fs: fsspec.AbstractFileSystem, entry: dict[str, Any]) -> float:
+    """Epoch seconds of a folder's last change. Local and HDFS listings carry `mtime`;
+    object stores have no folder objects, so the newest file inside stands for it."""
+    if entry.get("mtime") is not None:
+        return float(entry["mtime"])
+    times = [fs.modified(name).timestamp() for name in fs.find(entry["name"])]
+    return max(times, default=0.0)

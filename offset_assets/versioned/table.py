@@ -43,6 +43,7 @@ from offset_assets.versioned.layout import (
     OP_DELETE,
     SYS_OP,
     WarehouseFiles,
+    check_warehouse_location,
     new_delta_path,
     noop_path,
     table_root,
@@ -89,9 +90,9 @@ class VersionedTable:
         self.primary_key = list(primary_key)
         self.schema = schema
         self.catalog = DeltaCatalog(plane)
-        self.warehouse = warehouse or default_warehouse()
+        self.warehouse = check_warehouse_location(spark, warehouse or default_warehouse())
         self.root = table_root(self.warehouse, name)
-        self.files = WarehouseFiles(spark)
+        self.files = WarehouseFiles()
         self.reader = TableReader(spark, name, schema, self.primary_key)
         self._register()
 
@@ -466,7 +467,8 @@ class HotDelta:
 
 def _write_parquet(frame: DataFrame, path: str, rows: int, primary_key: Sequence[str]) -> None:
     files = max(1, math.ceil(rows / ROWS_PER_FILE))
-    frame.coalesce(files).sortWithinPartitions(*primary_key).write.mode("errorifexists").parquet(path)
+    # "error", not its alias "errorifexists": Spark Connect accepts only the former.
+    frame.coalesce(files).sortWithinPartitions(*primary_key).write.mode("error").parquet(path)
 
 
 def _finite(table: str, what: str, value: float) -> float:
