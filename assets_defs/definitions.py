@@ -4,8 +4,10 @@ Loaded by `dagster dev -w workspace.yaml` (attribute `defs`). Local and producti
 differ only in the resources (`resources.py`); `build_definitions` re-reads the
 environment, which the demo and the tests use to point it at their own state.
 
-Spark assets run with the in-process executor: one Spark driver per run, shared by its
-steps, instead of one driver per step (see `offset_assets.dagster_adapter.spark_resource`).
+With a local Spark master, Spark assets run with the in-process executor: one Spark
+driver per run, shared by its steps, instead of one driver per step. With a cluster
+master or a Spark Connect endpoint, with the multiprocess executor: a step's session is
+then a light driver or a gRPC client (see `offset_assets.dagster_adapter.spark_resource`).
 """
 
 import dagster as dg
@@ -17,6 +19,7 @@ from assets_defs.jobs import JOBS
 from assets_defs.resources import resources_for, source_url
 from assets_defs.schedules import build_schedules
 from assets_defs.sensors import build_sensors
+from offset_assets.config import spark_runs_outside_process
 
 
 def build_definitions(ingestion: Ingestion | None = None, deployment: str | None = None) -> dg.Definitions:
@@ -29,7 +32,7 @@ def build_definitions(ingestion: Ingestion | None = None, deployment: str | None
         schedules=build_schedules(ingestion),
         jobs=JOBS,
         resources=resources_for(deployment),
-        executor=dg.in_process_executor,
+        executor=dg.multiprocess_executor if spark_runs_outside_process() else dg.in_process_executor,
     )
 
 

@@ -50,3 +50,10 @@ def default_spark_remote() -> str | None:
     """Spark Connect endpoint (`sc://host:15002`): `OFFSET_ASSETS_SPARK_REMOTE`, else none
     (the library then starts its own driver with `default_spark_master()`)."""
     return os.environ.get(ENV_SPARK_REMOTE) or None
+
+
+def spark_runs_outside_process() -> bool:
+    """True when the configured Spark does its work outside this process (a Connect
+    endpoint, or a master that is not `local`): starting a session is then cheap, so
+    Dagster may run each step in a process of its own."""
+    return default_spark_remote() is not None or not default_spark_master().startswith("local")
