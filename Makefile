@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: install demo test dev bench lint check-java clean
+.PHONY: install demo test exactness dev bench lint check-java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; offset-assets needs Python 3.11 (set PYTHON=...)" >&2; exit 1; }
@@ -26,6 +26,9 @@ demo: install check-java
 
 test: install check-java
 	$(BIN)/python -m pytest
+
+exactness: install check-java
+	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest tests/test_engine_exactness.py -k every_path -s
 
 dev: install check-java
 	@mkdir -p $(DAGSTER_HOME)
