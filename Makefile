@@ -5,7 +5,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+# The Dagster instance is configured by ./dagster.yaml (its files go to .dagster_home/).
+export DAGSTER_HOME ?= $(CURDIR)
 
 .PHONY: install demo test exactness dev bench lint check-java clean
 
@@ -31,7 +32,6 @@ exactness: install check-java
 	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest tests/test_engine_exactness.py -k every_path -s
 
 dev: install check-java
-	@mkdir -p $(DAGSTER_HOME)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: install check-java
@@ -41,4 +41,4 @@ lint: install
 	$(BIN)/ruff check offset_assets assets_defs tests bench
 
 clean:
-	rm -rf $(VENV) state .dagster_home/history .dagster_home/storage .dagster_home/schedules .dagster_home/logs
+	rm -rf $(VENV) state .dagster_home .logs_queue .nux .telemetry

@@ -1,9 +1,11 @@
-"""Jobs launched by hand: the backfill-reset path of the transformations.
+"""Jobs: the transformations as one named job, and their reprocess (backfill) path.
 
-`reprocess_transformations` carries the tag `offset_assets/reset`: each asset resets its
-offsets first and reprocesses every key (the reset is in the materialization metadata,
-`offsets_reset` / `reset_reason`). A Dagster backfill of these assets (tag
-`dagster/backfill`) does the same.
+- `transformations`: an incremental run of `enriched_posts` then `user_post_stats`
+  (and their checks): only what changed since the offsets;
+- `reprocess_transformations` carries the tag `offset_assets/reset`: each asset resets
+  its offsets and reprocesses every key (the reset is in the materialization metadata,
+  `offsets_reset` / `reset_reason`, and in the run's tags). A Dagster backfill of these
+  assets (tag `dagster/backfill`) does the same.
 """
 
 import dagster as dg
@@ -18,4 +20,10 @@ reprocess_transformations = dg.define_asset_job(
     description="Reset the offsets of enriched_posts and user_post_stats and recompute every key.",
 )
 
-JOBS = [reprocess_transformations]
+transformations = dg.define_asset_job(
+    "transformations",
+    selection=dg.AssetSelection.assets(*TRANSFORMATIONS),
+    description="Incremental runs of enriched_posts and user_post_stats: only what changed.",
+)
+
+JOBS = [transformations, reprocess_transformations]

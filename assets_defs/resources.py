@@ -19,7 +19,13 @@ import dagster as dg
 
 from assets_defs import source_system
 from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_WAREHOUSE
-from offset_assets.dagster_adapter import OffsetIOManager, OffsetStore, SparkSessionResource
+from offset_assets.dagster_adapter import (
+    ENGINE_RESOURCE_KEY,
+    IncrementalEngineResource,
+    OffsetIOManager,
+    OffsetStore,
+    SparkSessionResource,
+)
 
 ENV_DEPLOYMENT = "OFFSET_ASSETS_DEPLOYMENT"
 DEPLOYMENTS = ("local", "production")
@@ -60,26 +66,28 @@ def source_url() -> str:
     return source_system.source_url()
 
 
-def local_resources() -> dict[str, Any]:
-    store = OffsetStore()
-    spark = SparkSessionResource(conf=LOCAL_SPARK_CONF)
+def _resources(engine: IncrementalEngineResource) -> dict[str, Any]:
+    # Checks and sensors need only the control plane (`offset_store`); asset bodies take
+    # the engine; the IO manager serves tables to downstream assets through the same engine.
     return {
-        "offset_store": store,
-        "spark": spark,
-        "io_manager": OffsetIOManager(offset_store=store, spark=spark),
+        "offset_store": engine.offset_store,
+        ENGINE_RESOURCE_KEY: engine,
+        "io_manager": OffsetIOManager(engine=engine),
     }
+
+
+def local_resources() -> dict[str, Any]:
+    return _resources(IncrementalEngineResource(
+        offset_store=OffsetStore(), spark=SparkSessionResource(conf=LOCAL_SPARK_CONF)))
 
 
 def production_resources() -> dict[str, Any]:
     _require_production_variables()
-    store = OffsetStore(db_url=dg.EnvVar(ENV_DB_URL))
-    spark = SparkSessionResource(master=dg.EnvVar(ENV_SPARK_MASTER), app_name="offset-assets-reference")
-    return {
-        "offset_store": store,
-        "spark": spark,
-        "io_manager": OffsetIOManager(offset_store=store, spark=spark,
-                                      warehouse=dg.EnvVar(ENV_WAREHOUSE)),
-    }
+    return _resources(IncrementalEngineResource(
+        offset_store=OffsetStore(db_url=dg.EnvVar(ENV_DB_URL)),
+        spark=SparkSessionResource(master=dg.EnvVar(ENV_SPARK_MASTER), app_name="offset-assets-reference"),
+        warehouse=dg.EnvVar(ENV_WAREHOUSE),
+    ))
 
 
 def resources_for(name: str | None = None) -> dict[str, Any]:

@@ -1,6 +1,9 @@
+"""`offset-assets init-offsets`: offsets from the meta, reported as dates."""
+
 from click.testing import CliRunner
 
 from offset_assets.cli import main
+from offset_assets.cli.offsets import iso_utc
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.engine.runner import IncrementalEngine
@@ -25,10 +28,26 @@ def test_init_offsets_sets_offsets_from_meta_and_reports_them(spark, sqlite_url,
         "posts": world.posts.last_committed().commit_ts,
         "profiles": world.profiles.last_committed().commit_ts,
     }
-    assert f"enrich_posts\tposts\t{stored['posts']:.6f}" in result.output
+    assert result.output == (
+        "enrich_posts: offsets set from its meta (an existing larger offset is kept)\n"
+        f"  posts                    {iso_utc(stored['posts'])}\n"
+        f"  profiles                 {iso_utc(stored['profiles'])}\n"
+    )
+
+    without_inputs = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "enrich_posts",
+                                               "--warehouse", warehouse])
+    assert without_inputs.exit_code == 0  # the inputs default to those with offsets now
+    typo = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "enrich_post"])
+    assert (typo.exit_code, typo.output) == (
+        1, "error: no transformation 'enrich_post' in the control plane (transformations: enrich_posts)\n")
 
 
 def test_init_offsets_without_inputs_names_the_missing_option(spark, sqlite_url, warehouse):
-    result = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "nothing_here"])
+    world = make_world(spark, connect(sqlite_url), warehouse)
+    world.write_profiles([(1, "ann")])
+    world.write_posts([(10, 1, "a")])
+    IncrementalEngine(spark, world.posts.plane).run_changelist(world.enriched_transformation(),
+                                                              [{"post_id": 10}])
+    result = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "enrich_posts"])
     assert result.exit_code == 1
     assert "name its inputs with --input" in result.output

@@ -1,4 +1,5 @@
-"""`offset-assets offsets`, `reset` and `metrics` as a shell user sees them."""
+"""`offset-assets offsets`, `rescan` (alias `reset`), `reprocess` and `metrics` as a shell
+user sees them. What the next run processes after each verb: `test_cli_reprocess.py`."""
 
 from __future__ import annotations
 
@@ -99,63 +100,71 @@ def test_offsets_of_one_transformation_lists_only_its_inputs(offsets, db_url):
     assert result.output.splitlines()[1:] == [
         "enrich          posts  5.0     1970-01-01T00:00:05.000000Z  2h05m"
     ]
-    assert run(db_url, "offsets", "nope").output == "no offsets for transformation 'nope'\n"
 
 
-# --- reset ------------------------------------------------------------------------------
+# --- rescan (alias reset) -------------------------------------------------------------
 
 
-def test_reset_of_one_input_with_yes_resets_it_and_says_what_was_reset(offsets, db_url):
+def test_rescan_of_one_input_with_yes_resets_it_and_says_what_the_next_run_does(offsets, db_url):
     offsets.update_offsets_bulk({("t", "posts"): 1702345678.123, ("t", "profiles"): 20.0})
 
-    result = run(db_url, "reset", "t", "--input", "posts", "--yes")
+    result = run(db_url, "rescan", "t", "--input", "posts", "--yes")
 
     assert result.exit_code == 0, result.output
     assert result.output == (
-        "reset t / posts (was 1702345678.123, 2023-12-12T01:47:58.123000Z)\n"
-        "1 offset(s) reset; the next run reads these inputs from the beginning\n"
+        "reset t / posts (was 2023-12-12T01:47:58.123000Z)\n"
+        "1 offset(s) reset. The next run re-scans these inputs' whole history and processes the "
+        "keys whose meta is older than their versions (changes not processed yet); keys already "
+        "processed stay as they are. To process every key again: offset-assets reprocess t\n"
     )
     assert offsets.get_offsets_for_transformation("t") == {"profiles": 20.0}
 
 
-def test_reset_of_a_transformation_asks_first_and_resets_all_its_inputs(offsets, db_url):
+@pytest.mark.parametrize("verb", ["rescan", "reset"])
+def test_rescan_of_a_transformation_asks_first_showing_offsets_as_dates(offsets, db_url, verb):
     offsets.update_offsets_bulk({("t", "a"): 1.0, ("t", "b"): 2.0, ("u", "a"): 3.0})
 
-    result = run(db_url, "reset", "t", input="y\n")
+    result = run(db_url, verb, "t", input="y\n")
 
     assert result.exit_code == 0, result.output
-    assert "Reset 2 offset(s) of transformation 't'? [y/N]: y\n" in result.output
-    assert result.output.endswith(
-        "reset t / a (was 1.0, 1970-01-01T00:00:01.000000Z)\n"
-        "reset t / b (was 2.0, 1970-01-01T00:00:02.000000Z)\n"
-        "2 offset(s) reset; the next run reads these inputs from the beginning\n"
+    assert result.output.startswith(
+        "  a: 1970-01-01T00:00:01.000000Z\n"
+        "  b: 1970-01-01T00:00:02.000000Z\n"
+        "Reset 2 offset(s) of transformation 't'? [y/N]: y\n"
+        "reset t / a (was 1970-01-01T00:00:01.000000Z)\n"
+        "reset t / b (was 1970-01-01T00:00:02.000000Z)\n"
+        "2 offset(s) reset."
     )
     assert offsets.get_offsets_for_transformation("t") == {}
     assert offsets.get_offset("u", "a") == 3.0
 
 
-def test_reset_declined_at_the_prompt_keeps_the_offsets(offsets, db_url):
+def test_reset_help_says_it_is_rescan_and_does_not_reprocess_processed_keys():
+    help_text = " ".join(CliRunner().invoke(main, ["reset", "--help"]).output.split())
+    assert "former name of `rescan`" in help_text
+    assert "Keys already processed at their current version are not processed" in help_text
+
+
+def test_rescan_declined_at_the_prompt_keeps_the_offsets(offsets, db_url):
     offsets.update_offsets_bulk({("t", "a"): 1.0})
 
-    result = run(db_url, "reset", "t", input="n\n")
+    result = run(db_url, "rescan", "t", input="n\n")
 
     assert result.exit_code == 1
     assert "Aborted!" in result.output
     assert offsets.get_offset("t", "a") == 1.0
 
 
-def test_reset_of_nothing_exits_1_naming_transformation_and_input(offsets, db_url):
-    offsets.update_offsets_bulk({("t", "a"): 1.0})
+def test_an_unknown_name_exits_1_listing_the_known_transformations_and_inputs(offsets, db_url):
+    offsets.update_offsets_bulk({("t", "a"): 1.0, ("u", "b"): 2.0})
 
-    missing_input = run(db_url, "reset", "t", "--input", "missing", "--yes")
-    missing_transformation = run(db_url, "reset", "nope", "--yes")
-
-    assert missing_input.exit_code == 1
-    assert missing_input.stderr == (
-        "error: no offset to reset for transformation 't', input 'missing'\n"
-    )
-    assert missing_transformation.exit_code == 1
-    assert missing_transformation.stderr == "error: no offset to reset for transformation 'nope'\n"
+    missing_input = run(db_url, "rescan", "t", "--input", "missing", "--yes")
+    assert (missing_input.exit_code, missing_input.stderr) == (
+        1, "error: no offset to reset for transformation 't', input 'missing' (inputs with offsets: a)\n")
+    for args in (["rescan", "nope", "--yes"], ["reprocess", "nope", "--yes"], ["offsets", "nope"]):
+        typo = run(db_url, *args)
+        assert (typo.exit_code, typo.stderr) == (
+            1, "error: no transformation 'nope' in the control plane (transformations: t, u)\n"), args
     assert offsets.get_offset("t", "a") == 1.0
 
 

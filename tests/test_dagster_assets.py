@@ -15,14 +15,15 @@ from pyspark.sql import DataFrame
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.schema import run_lease
 from offset_assets.dagster_adapter import (
-    OffsetIOManager,
     OffsetStore,
-    SparkSessionResource,
     build_offset_checks,
     incremental_asset,
     incremental_metadata,
     table_metadata,
 )
+from offset_assets.dagster_adapter.assets import ChangeDetection, IncrementalRunConfig
+from offset_assets.dagster_adapter.metadata import iso_utc
+from tests.dagster_resources import engine_resources
 from tests.engine_story import ENRICHED, POSTS, STATS, count_posts, enrich, make_world, rows_of
 
 
@@ -38,11 +39,7 @@ def store(sqlite_url):
 
 @pytest.fixture
 def resources(store, warehouse):
-    return {
-        "io_manager": OffsetIOManager(offset_store=store, spark=SparkSessionResource(),
-                                      warehouse=warehouse),
-        "offset_store": store,
-    }
+    return engine_resources(store, warehouse)
 
 
 def seed(world):
@@ -98,7 +95,15 @@ def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
     assert meta["offset_before.posts"] is None
     assert meta["offset_after.posts"] == world.posts.last_committed().commit_ts
     assert meta["change_detection"] == "v2" and meta["batches"] == 1
-    assert materialization(first, "user_post_stats")["changed_keys"] == 3
+    assert meta["mode"] == "incremental"
+    assert meta["dagster/row_count"] == 4  # the catalog's row count: actual rows of the table
+    assert meta["offset_lag_s.posts"] == 0.0 and meta["offset_lag_s.profiles"] == 0.0
+    assert meta["delta.enriched_posts"] == 1 and meta["deltas_committed.enriched_posts"] == 1
+    assert "processed 4 of 4 changed key(s)" in meta["summary"]
+    assert iso_utc(world.posts.last_committed().commit_ts) in meta["summary"]  # offsets as dates
+    stats_meta = materialization(first, "user_post_stats")  # the IO manager path reports the same
+    assert stats_meta["changed_keys"] == 3 and stats_meta["dagster/row_count"] == 3
+    assert stats_meta["offset_lag_s.enriched_posts"] == 0.0
 
     world.write_posts([(11, 1, "b2"), (14, 2, "e")])
     second = dg.materialize([enriched, stats_asset], resources=resources)
@@ -106,6 +111,7 @@ def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
     assert meta["changed_keys"] == 2
     assert meta["rows_read.posts"] == 2
     assert meta["rows_written.enriched_posts"] == 2
+    assert meta["dagster/row_count"] == 5 and meta["delta.enriched_posts"] == 2
     stats_asset_meta = materialization(second, "user_post_stats")
     assert stats_asset_meta["changed_keys"] == 2  # users 1 and 2
     assert stats_asset_meta["rows_read.enriched_posts"] == 4  # all posts of users 1 and 2
@@ -188,15 +194,20 @@ def test_backfill_tagged_run_resets_offsets_and_reprocesses_every_key(world, res
                               tags={"dagster/backfill": "bf1"})
     meta = materialization(backfill, "enriched_posts")
     assert meta["changed_keys"] == 4 and meta["processed_keys"] == 4
-    assert meta["change_detection"] == "reprocess_all"
-    assert meta["offsets_reset"] == offsets
+    assert meta["mode"] == "reprocess" and meta["change_detection"] == "reprocess_all"
+    assert meta["offsets_reset"] == {name: iso_utc(ts) for name, ts in offsets.items()}
     assert meta["reset_reason"] == "backfill bf1"
+    assert "Offsets reset by backfill bf1" in meta["summary"]
     stats_meta = materialization(backfill, "user_post_stats")
     assert stats_meta["changed_keys"] == 3
     assert set(stats_meta["offsets_reset"]) == {"enriched_posts"}
     logged = [e.user_message for e in instance.all_logs(backfill.run_id)
-              if "were reset" in e.user_message]
+              if "offsets reset" in e.user_message]
     assert len(logged) == 2  # one per asset
+    tags = instance.get_run_by_id(backfill.run_id).tags  # the backfill's runs list shows them
+    assert tags["offset_assets/offsets_reset.enriched_posts"] == ", ".join(
+        f"{name} (was {iso_utc(ts)})" for name, ts in sorted(offsets.items()))
+    assert "offset_assets/offsets_reset.user_post_stats" in tags
     assert store.get_offsets_for_transformation("enriched_posts") == offsets
     assert rows_of(world.stats.read_actual()) == world.expected_stats()
 
@@ -210,7 +221,7 @@ def test_changelist_run_config_processes_exactly_the_listed_keys_and_leaves_offs
     world.write_posts([(11, 1, "b2"), (12, 2, "c2")])
 
     result = dg.materialize([enriched], resources=resources, run_config={
-        "ops": {"enriched_posts": {"config": {"keys": [{"post_id": 11}]}}}})
+        "ops": {"enriched_posts": {"config": {"changelist": [{"post_id": 11}]}}}})
     meta = materialization(result, "enriched_posts")
     assert meta["mode"] == "changelist"
     assert meta["processed_keys"] == 1
@@ -219,13 +230,36 @@ def test_changelist_run_config_processes_exactly_the_listed_keys_and_leaves_offs
     assert texts[11] == "b2" and texts[12] == "c"  # 12 waits for the next regular run
 
 
+def test_run_config_is_typed_and_refuses_an_unknown_change_detection(world, resources):
+    seed(world)
+    enriched = enriched_asset()
+    v1 = dg.materialize([enriched], resources=resources, run_config=dg.RunConfig(
+        ops={"enriched_posts": IncrementalRunConfig(change_detection=ChangeDetection.v1)}))
+    assert materialization(v1, "enriched_posts")["change_detection"] == "v1"
+    with pytest.raises(dg.DagsterInvalidConfigError, match="v3"):
+        dg.materialize([enriched], resources=resources, run_config={
+            "ops": {"enriched_posts": {"config": {"change_detection": "v3"}}}})
+
+
+def test_engine_settings_come_from_the_resource(store, warehouse):
+    engine = engine_resources(store, warehouse, lease_ttl_s=12.5, pushdown_limit=7,
+                              row_count=False)["incremental_engine"].engine()
+    assert (engine.lease_ttl_s, engine.pushdown_limit) == (12.5, 7)
+
+
+def test_row_count_can_be_turned_off_for_large_tables(world, store, warehouse):
+    seed(world)
+    result = dg.materialize([enriched_asset()], resources=engine_resources(store, warehouse, row_count=False))
+    assert "dagster/row_count" not in materialization(result, "enriched_posts")
+
+
 def test_batch_commit_mode_commits_each_batch_as_its_own_delta(world, resources):
     seed(world)
     result = dg.materialize([enriched_asset(batch_size=2, commit_mode="batch")],
                             resources=resources)
     meta = materialization(result, "enriched_posts")
     assert meta["batches"] == 2 and meta["commit_mode"] == "batch"
-    assert meta["delta.enriched_posts"] == "1, 2"
+    assert meta["delta.enriched_posts"] == 2 and meta["deltas_committed.enriched_posts"] == 2
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
 
 
@@ -251,5 +285,5 @@ def test_plain_asset_output_is_written_as_one_delta_of_its_versioned_table(
     result = dg.materialize([posts_feed], resources=resources)
     meta = materialization(result, "posts_feed")
     assert meta["delta"] == 1 and meta["rows_upserted"] == 2
-    table = resources["io_manager"].table(dg.AssetKey("posts_feed"))
+    table = resources["incremental_engine"].table(dg.AssetKey("posts_feed"))
     assert rows_of(table.read_actual()) == {(20, 1, "x"), (21, 2, "y")}

@@ -17,9 +17,7 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.schema import transform_input_offset
 from offset_assets.dagster_adapter import (
-    OffsetIOManager,
     OffsetStore,
-    SparkSessionResource,
     build_incremental_schedule,
     build_offset_checks,
     build_offset_checks_schedule,
@@ -33,6 +31,7 @@ from offset_assets.dagster_adapter.checks import (
     offset_age_result,
 )
 from offset_assets.dagster_adapter.metadata import resolve_incremental
+from tests.dagster_resources import engine_resources
 from tests.engine_story import ENRICHED, POSTS, PROFILES, enrich
 
 TID = "enriched_posts"
@@ -82,10 +81,7 @@ def run_checks(enriched, store, **thresholds) -> dict[str, dg.AssetCheckEvaluati
         assets=[enriched],
         asset_checks=checks,
         schedules=[build_offset_checks_schedule(checks, "*/15 * * * *")],
-        resources={
-            "offset_store": store,
-            "io_manager": OffsetIOManager(offset_store=store, spark=SparkSessionResource()),
-        },
+        resources=engine_resources(store),
     )
     result = defs.resolve_job_def("offset_checks_job").execute_in_process()
     assert result.get_asset_materialization_events() == []  # checks only, nothing materialized
@@ -204,10 +200,7 @@ def test_definitions_with_checks_sensor_and_schedules_load(enriched, store):
             build_incremental_schedule([enriched], "0 * * * *", name="hourly_enrichment"),
             build_offset_checks_schedule(checks, "*/15 * * * *"),
         ],
-        resources={
-            "offset_store": store,
-            "io_manager": OffsetIOManager(offset_store=store, spark=SparkSessionResource()),
-        },
+        resources=engine_resources(store),
         executor=dg.in_process_executor,
     )
     dg.Definitions.validate_loadable(defs)

@@ -1,15 +1,18 @@
 """Ingestion assets in real Dagster runs: time-window and dynamic range partitions."""
 
 import contextlib
-from datetime import datetime, timedelta
+import dataclasses
+import time
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from offset_assets.control_plane import connect
+from offset_assets.control_plane import connect, database
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
-from offset_assets.dagster_adapter import OffsetIOManager, OffsetStore, SparkSessionResource
+from offset_assets.dagster_adapter import OffsetStore
 from offset_assets.dagster_adapter.ingestion_assets import (
     build_ingestion_schedule,
     build_ingestion_sensor,
@@ -32,6 +35,7 @@ from offset_assets.ranges.planners import (
 from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.versioned.table import VersionedTable
 from tests.customers_source import CUSTOMERS
+from tests.dagster_resources import engine_resources
 
 
 def execute(url, sql, **params):
@@ -55,11 +59,7 @@ def stack():
 @pytest.fixture
 def resources(sqlite_url, warehouse):
     store = OffsetStore(db_url=sqlite_url)
-    return {
-        "io_manager": OffsetIOManager(offset_store=store, spark=SparkSessionResource(),
-                                      warehouse=warehouse),
-        "offset_store": store,
-    }
+    return engine_resources(store, warehouse)
 
 
 def table_state(spark, sqlite_url, warehouse, name):
@@ -118,8 +118,12 @@ def test_time_window_partitions_ingest_in_order_and_a_backfill_reingests(
     first = dg.materialize([asset], partition_key="2022-01-01", resources=resources)
     meta = metadata_of(first, "daily_customers")
     assert (meta["data_range_start"], meta["data_range_end"], meta["rows_upserted"]) == (
-        "20220101000000", "20220102000000", 1)
+        "2022-01-01T00:00:00Z", "2022-01-02T00:00:00Z", 1)  # bounds and commit time as dates
     assert meta["log_driven_type"] == "timewindow"
+    event = first.asset_materializations_for_node("daily_customers")[0]
+    assert isinstance(event.metadata["commit_ts"], dg.TimestampMetadataValue)
+    assert isinstance(event.metadata["rows_upserted"], dg.IntMetadataValue)  # plotted
+    assert meta["dagster/row_count"] == 1
 
     early = dg.materialize([asset], partition_key="2022-01-03", resources=resources,
                            raise_on_error=False)
@@ -169,6 +173,7 @@ def test_a_sensor_adds_id_range_partitions_and_runs_them_in_order(
                                  resources={"offset_store": resources["offset_store"]}) as context:
         tick = sensor.evaluate_tick(context)
     assert [r.partition_key for r in tick.run_requests] == ["id:0-2"]
+    assert sensor.job_name == "customers_by_id_ingestion"  # the run names its job
     assert tick.dynamic_partitions_requests[0].partition_keys == ["id:0-2"]
     instance.add_dynamic_partitions("customers_by_id_ranges", ["id:0-2"])
 
@@ -180,7 +185,9 @@ def test_a_sensor_adds_id_range_partitions_and_runs_them_in_order(
 
     tick = evaluate_ingestion_sensor(job, asset.partitions_def, plane, instance)
     assert [r.partition_key for r in tick.run_requests] == ["id:2-3"]
-    assert [r.run_key for r in tick.run_requests] == ["id:2-3#1"]
+    registered = DeltaCatalog(plane).table_spec("customers_by_id").created_at
+    stamp = datetime.fromtimestamp(registered, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    assert [r.run_key for r in tick.run_requests] == [f"id:2-3#1@{stamp}"]
     instance.add_dynamic_partitions("customers_by_id_ranges", ["id:2-3"])
     dg.materialize([asset], partition_key="id:2-3", resources=resources, instance=instance)
     assert table_state(spark, sqlite_url, warehouse, "customers_by_id") == (
@@ -207,3 +214,28 @@ def test_ingestion_definitions_load(source_url, resources):
         build_ingestion_sensor(daily_job(source_url), daily)
     with pytest.raises(dg.DagsterInvalidDefinitionError, match="name the target table"):
         ingestion_asset(by_id_job, key_prefix="raw")
+    feeder = ingestion_asset(dataclasses.replace(daily_job(source_url), name="daily_edits"),
+                             feeds="daily_customers")  # a second path into one table
+    assert feeder.key == dg.AssetKey("daily_edits")
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="writes table 'daily_customers'"):
+        ingestion_asset(dataclasses.replace(daily_job(source_url), name="daily_edits"), feeds="other")
+
+
+def test_run_keys_of_the_same_range_differ_after_the_control_plane_is_recreated(
+        source_url, tmp_path, stack):
+    """Dagster never launches a run key twice: a demo reset (new control plane, same
+    source) plans the same first range, which must not be skipped as already requested."""
+    job = IngestionJob("by_id", SqlTableSource(source_url, "customers", id_column="id"),
+                       AutoIncrementIdPlanner(), TargetTable("by_id", ["id"], CUSTOMERS))
+    asset = ingestion_asset(job)
+    instance = stack.enter_context(dg.instance_for_test())
+    add_customer(source_url, "ann", "Oslo", 1)
+    keys = []
+    for state in ("before", "after"):
+        url = f"sqlite:///{tmp_path / state}.db"
+        tick = evaluate_ingestion_sensor(job, asset.partitions_def, connect(url), instance)
+        keys.append(tick.run_requests[0].run_key)
+        database.forget(url)
+        time.sleep(0.01)
+    assert keys[0].startswith("id:0-1#1@") and keys[1].startswith("id:0-1#1@")
+    assert keys[0] != keys[1]

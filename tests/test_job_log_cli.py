@@ -63,3 +63,11 @@ def test_jobs_of_an_unknown_job_is_one_clear_line(sqlite_url):
     assert result.output.strip() == "error: no job_log rows for job 'ordres' (jobs: daily, orders)"
     empty = run(sqlite_url, "jobs", "orders", "--status", "RUNNING")
     assert (empty.exit_code, empty.output.strip()) == (0, "no job_log rows with status RUNNING")
+
+
+def test_time_window_ranges_are_shown_as_utc_dates_and_ids_as_stored(sqlite_url):
+    story(sqlite_url)
+    daily = run(sqlite_url, "jobs", "daily").output.splitlines()[1].split()
+    assert daily[3:5] == ["2022-01-01T00:00:00Z", "2022-01-02T00:00:00Z"]
+    as_json = json.loads(run(sqlite_url, "jobs", "daily", "--json").output)
+    assert as_json["data_range_start"] == "20220101000000"  # --json keeps the stored value

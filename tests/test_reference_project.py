@@ -5,17 +5,27 @@ The story test is `make demo` at a small size, in this process: real Dagster run
 in a temporary folder (`OFFSET_ASSETS_HOME`). Every count is asserted exactly.
 """
 
+import time
+
 import dagster as dg
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from dagster._daemon.types import DaemonHeartbeat
 
 from assets_defs import source_system
 from assets_defs.assets.ingestion import ENV_INGEST_START, build_ingestion, ingest_start
 from assets_defs.definitions import build_definitions
 from assets_defs.demo.__main__ import demo
 from assets_defs.demo.report import render
-from assets_defs.demo.story import NON_EMBEDDED, DemoError, DemoSizes, check_embedded, run_story
+from assets_defs.demo.story import (
+    NON_EMBEDDED,
+    DemoError,
+    DemoSizes,
+    check_embedded,
+    check_no_dagster_dev,
+    run_story,
+)
 from assets_defs.resources import ENV_DEPLOYMENT
 from offset_assets.config import ENV_HOME, default_db_url
 from offset_assets.control_plane import connect, database
@@ -45,11 +55,24 @@ def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedde
         (asset, check) for asset in ("enriched_posts", "user_post_stats")
         for check in ("offset_age", "offset_backlog")}
     assert {s.name for s in repository.sensor_defs} == {
-        "posts_ranges_sensor", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed"}
+        "posts_ranges_sensor", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed",
+        "transformations_automation"}
     assert {s.name for s in repository.schedule_defs} == {
-        "post_updates_schedule", "profiles_schedule", "transformations_hourly", "offset_checks"}
+        "post_updates_schedule", "profiles_schedule", "offset_checks"}
     reprocess = repository.get_job("reprocess_transformations")
     assert reprocess.tags["offset_assets/reset"] == "true"
+    # Every run names its job: the sensors', the schedules' and the demo's.
+    assert {"transformations", "posts_ingestion", "post_updates_ingestion", "profiles_ingestion",
+            "enriched_posts_job", "user_post_stats_job"} <= {job.name for job in repository.get_all_jobs()}
+    assert {s.name: s.job_name for s in repository.sensor_defs if s.name.endswith("_inputs_changed")} == {
+        "enriched_posts_inputs_changed": "enriched_posts_job",
+        "user_post_stats_inputs_changed": "user_post_stats_job"}
+    # post_updates writes the posts table: lineage shows it upstream of enriched_posts.
+    graph = repository.asset_graph
+    assert graph.get(dg.AssetKey("enriched_posts")).parent_keys == {
+        dg.AssetKey("posts"), dg.AssetKey("profiles"), dg.AssetKey("post_updates")}
+    for name in ("enriched_posts", "user_post_stats"):
+        assert graph.get(dg.AssetKey(name)).automation_condition.get_label() == "on input commits"
     posts = defs.get_assets_def("posts")
     assert isinstance(posts.partitions_def, dg.DynamicPartitionsDefinition)
     updates = defs.get_assets_def("post_updates")
@@ -69,9 +92,11 @@ def test_production_definitions_need_every_location_and_take_them_from_the_envir
     defs = build_definitions()
     dg.Definitions.validate_loadable(defs)
     assert defs.get_assets_def("posts").metadata_by_key[dg.AssetKey("posts")]["offset_assets/table"] == "posts"
-    io_manager = defs.resources["io_manager"]
-    assert (io_manager.warehouse.env_var_name, io_manager.offset_store.db_url.env_var_name) == (
-        "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_DB_URL")
+    engine = defs.resources["incremental_engine"]
+    assert (engine.warehouse.env_var_name, engine.offset_store.db_url.env_var_name,
+            engine.spark.master.env_var_name) == (
+        "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_DB_URL", "OFFSET_ASSETS_SPARK_MASTER")
+    assert defs.resources["io_manager"].engine is engine
     monkeypatch.setenv(ENV_INGEST_START, "2024-01-01")
     assert build_ingestion("sqlite://").post_updates.partitions_def.get_first_partition_key() == "2024-01-01"
 
@@ -80,6 +105,17 @@ def test_the_demo_refuses_to_reset_a_state_it_does_not_own():
     check_embedded({"OFFSET_ASSETS_HOME": "/somewhere"})
     with pytest.raises(DemoError, match="unset OFFSET_ASSETS_DB_URL"):
         check_embedded({"OFFSET_ASSETS_DB_URL": "postgresql://db/prod"})
+
+
+def test_the_demo_refuses_while_dagster_dev_runs_on_its_instance():
+    """`make dev` holds the state files open; the demo says so instead of deleting them."""
+    with dg.instance_for_test() as instance:
+        check_no_dagster_dev(instance)  # no daemon: fine
+        now = time.time()
+        instance.add_daemon_heartbeat(DaemonHeartbeat(now - 5, "SENSOR", None, None))
+        with pytest.raises(DemoError, match=r"`make dev` \(dagster dev\) is running.*stop it"):
+            check_no_dagster_dev(instance, now=now)
+        check_no_dagster_dev(instance, now=now + 120)  # a daemon silent for 2 minutes has stopped
 
 
 def source_truth(url: str) -> tuple[set[tuple], set[tuple]]:
@@ -99,7 +135,7 @@ def source_truth(url: str) -> tuple[set[tuple], set[tuple]]:
 
 
 def actual_rows(defs: dg.Definitions, asset: str) -> set[tuple]:
-    table = defs.resources["io_manager"].table(dg.AssetKey(asset))
+    table = defs.resources["incremental_engine"].table(dg.AssetKey(asset))
     return {tuple(row) for row in table.read_actual().select(*table.data_columns).collect()}
 
 
@@ -108,6 +144,8 @@ def test_demo_story_second_run_processes_only_the_changed_posts_and_the_renamed_
         spark, embedded_state):
     with dg.instance_for_test() as instance:
         story = run_story(SMALL, instance, progress=lambda _: None)
+        jobs = [instance.get_run_by_id(run_id).job_name for run_id in story.first.run_ids]
+    assert jobs == ["posts_ingestion", "post_updates_ingestion", "profiles_ingestion", "transformations"]
 
     first, second, traffic, expected = story.first, story.second, story.traffic, story.expected
     assert [(r.asset, r.partition_key) for r in first.ingested] == [

@@ -1,14 +1,17 @@
-"""`make dev` shows the reference project: a real `dagster-webserver` on `workspace.yaml`.
+"""`make demo` then `make dev`: a real `dagster-webserver` on `workspace.yaml` shows the
+demo's runs as a Dagster user reads them.
 
-The webserver runs as its own process (with its own code server) on a free loopback
-port, with the instance config of `.dagster_home/dagster.yaml` in a temporary
-DAGSTER_HOME and the embedded state in a temporary folder; the test reads the
-workspace through the GraphQL endpoint the UI uses, and stops the process group.
+The demo story runs first (small sizes, in this process) into a temporary Dagster
+instance configured by the repository's `dagster.yaml` (its storage folders moved to
+the temporary DAGSTER_HOME) and a temporary state folder. The webserver then runs as
+its own process (with its own code server) on a free loopback port over the same
+instance and state; the test reads what the UI shows through the GraphQL endpoint the
+UI uses (assets, lineage, metadata types, row counts, job names), and stops the
+process group.
 """
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +21,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import dagster as dg
 import pytest
+import yaml
+
+from assets_defs.demo.story import NON_EMBEDDED, DemoSizes, run_story
+from offset_assets.config import ENV_HOME, default_db_url
+from offset_assets.control_plane import database
 
 ROOT = Path(__file__).resolve().parent.parent
 WEBSERVER = Path(sys.executable).parent / "dagster-webserver"
@@ -30,9 +39,18 @@ WORKSPACE_QUERY = """
     ... on PythonError { message }
     ... on RepositoryLocation { repositories {
       assetNodes { assetKey { path } groupName partitionDefinition { type }
+                   dependencyKeys { path } automationCondition { label }
                    assetChecksOrError { ... on AssetChecks { checks { name } } } }
-      sensors { name } schedules { name } jobs { name } } } } } } } }
+      sensors { name sensorState { status } } schedules { name } jobs { name } } } } } } } }
 """
+LATEST_MATERIALIZATION_QUERY = """
+{ assetOrError(assetKey: {path: ["%s"]}) { ... on Asset { assetMaterializations(limit: 1) {
+  runId metadataEntries { label __typename
+    ... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue }
+    ... on TimestampMetadataEntry { timestamp } ... on TextMetadataEntry { text }
+    ... on MarkdownMetadataEntry { mdStr } } } } } }
+"""
+RUNS_QUERY = """{ runsOrError { ... on Runs { results { runId jobName } } } }"""
 
 
 def free_port() -> int:
@@ -50,11 +68,37 @@ def graphql(port: int, query: str) -> dict:
         return json.load(response)
 
 
-@pytest.fixture
-def webserver(tmp_path):
+def instance_home(tmp_path: Path) -> Path:
+    """A DAGSTER_HOME holding the repository's dagster.yaml, its storage moved inside."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(ROOT / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
+    storage = str(home / "storage_root")
+    config["storage"]["sqlite"]["base_dir"] = storage
+    config["local_artifact_storage"]["config"]["base_dir"] = storage
+    config["compute_logs"]["config"]["base_dir"] = f"{storage}/storage"
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return home
+
+
+@pytest.fixture
+def demo_state(spark, tmp_path, monkeypatch):
+    """`make demo` at a small size: its runs in the instance, its state under tmp_path."""
+    home = instance_home(tmp_path)
+    for name in NON_EMBEDDED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv(ENV_HOME, str(tmp_path / "state"))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        story = run_story(DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1),
+                          instance, progress=lambda _: None)
+    database.forget(default_db_url())
+    return home, story
+
+
+@pytest.fixture
+def webserver(tmp_path, demo_state):
+    home, _ = demo_state
     env = {**os.environ, "DAGSTER_HOME": str(home), "OFFSET_ASSETS_HOME": str(tmp_path / "state")}
     for name in ("OFFSET_ASSETS_DB_URL", "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_SOURCE_URL",
                  "OFFSET_ASSETS_DEPLOYMENT", "OFFSET_ASSETS_INGEST_START"):
@@ -95,8 +139,21 @@ def loaded_location(port: int, process: subprocess.Popen, log: Path) -> dict:
     pytest.fail(f"the code location did not load in {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
-def test_webserver_on_the_workspace_lists_the_assets_checks_sensors_and_schedules(webserver):
+def metadata(port: int, asset: str) -> dict[str, tuple[str, object]]:
+    """The latest materialization's metadata as the UI gets it: label -> (type, value)."""
+    [event] = graphql(port, LATEST_MATERIALIZATION_QUERY % asset)["data"]["assetOrError"][
+        "assetMaterializations"]
+    values = {}
+    for entry in event["metadataEntries"]:
+        value = next((v for k, v in entry.items() if k not in ("label", "__typename")), None)
+        values[entry["label"]] = (entry["__typename"], value)
+    return values
+
+
+def test_webserver_shows_the_demo_with_lineage_typed_metadata_row_counts_and_job_names(
+        webserver, demo_state):
     port, process, log = webserver
+    _, story = demo_state
     entry = loaded_location(port, process, log)
     assert entry["name"] == "offset_assets_reference"
     location = entry["locationOrLoadError"]
@@ -115,8 +172,34 @@ def test_webserver_on_the_workspace_lists_the_assets_checks_sensors_and_schedule
               for name, node in assets.items() if node["assetChecksOrError"]["checks"]}
     assert checks == {"enriched_posts": ["offset_age", "offset_backlog"],
                       "user_post_stats": ["offset_age", "offset_backlog"]}
-    assert {s["name"] for s in repository["sensors"]} == {
-        "posts_ranges_sensor", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed"}
+    assert {s["name"]: s["sensorState"]["status"] for s in repository["sensors"]} == {
+        "posts_ranges_sensor": "STOPPED", "enriched_posts_inputs_changed": "STOPPED",
+        "user_post_stats_inputs_changed": "STOPPED", "transformations_automation": "RUNNING"}
     assert {s["name"] for s in repository["schedules"]} == {
-        "post_updates_schedule", "profiles_schedule", "transformations_hourly", "offset_checks"}
-    assert "reprocess_transformations" in {j["name"] for j in repository["jobs"]}
+        "post_updates_schedule", "profiles_schedule", "offset_checks"}
+    assert {"transformations", "reprocess_transformations", "posts_ingestion", "post_updates_ingestion",
+            "profiles_ingestion"} <= {j["name"] for j in repository["jobs"]}
+
+    # Lineage: post_updates writes the posts table, so it is upstream of enriched_posts.
+    assert sorted("/".join(k["path"]) for k in assets["enriched_posts"]["dependencyKeys"]) == [
+        "post_updates", "posts", "profiles"]
+    assert assets["enriched_posts"]["automationCondition"]["label"] == "on input commits"
+
+    # The asset page: row count, numeric (plotted) metadata, offsets as timestamps.
+    enriched = metadata(port, "enriched_posts")
+    assert enriched["dagster/row_count"] == ("IntMetadataEntry", 32)
+    assert enriched["mode"] == ("TextMetadataEntry", "incremental")
+    assert enriched["processed_keys"] == ("IntMetadataEntry", 10)
+    assert enriched["delta.enriched_posts"] == ("IntMetadataEntry", 2)
+    assert enriched["offset_lag_s.posts"] == ("FloatMetadataEntry", 0.0)
+    assert enriched["offset_after.posts"][0] == "TimestampMetadataEntry"
+    assert enriched["summary"][0] == "MarkdownMetadataEntry"
+    assert metadata(port, "user_post_stats")["dagster/row_count"][0] == "IntMetadataEntry"
+    ingested = metadata(port, "profiles")
+    assert ingested["commit_ts"][0] == "TimestampMetadataEntry"
+    assert ingested["data_range_start"][1].endswith("T00:00:00Z")
+
+    # Every demo run shows the job it ran, none the ephemeral job.
+    jobs = {run["runId"]: run["jobName"] for run in graphql(port, RUNS_QUERY)["data"]["runsOrError"]["results"]}
+    assert [jobs[run_id] for run_id in story.second.run_ids] == [
+        "posts_ingestion", "post_updates_ingestion", "profiles_ingestion", "transformations"]

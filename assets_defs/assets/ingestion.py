@@ -4,7 +4,9 @@ Three jobs, each range recorded in job_log:
 - `posts`: new posts by auto-increment id ranges (id, max id]. Dynamic partitions
   `id:<start>-<end>`, added by `posts_ranges_sensor` as rows appear at the source.
 - `post_updates`: edits and soft deletes by daily windows of `updated_at`, written into
-  the same `posts` table (an id range sees a row once; later changes need the windows).
+  the same `posts` table (an id range sees a row once; later changes need the windows);
+  built with `ingestion_asset(..., feeds="posts")`, and a dependency of `enriched_posts`
+  so the lineage shows the path.
 - `profiles`: by daily windows of `updated_at`.
 
 A soft delete at the source (`is_deleted = 1`) is ingested as `sys_op = 1`: the post
@@ -16,10 +18,8 @@ went live, which production pins so that no window is ever skipped. Without it, 
 start two days back keeps the local partition list (and the demo's catch-up) short.
 """
 
-# No `from __future__ import annotations`: Dagster inspects the asset function's
-# annotations (the context type) at definition time, so they must not be strings.
+from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,17 +29,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from offset_assets.control_plane.job_log import JobStatus
-from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
-from offset_assets.dagster_adapter.ingestion_assets import (
-    dagster_run_is_dead,
-    ingestion_asset,
-    ingestion_partitions,
-)
-from offset_assets.dagster_adapter.metadata import TABLE_KEY
-from offset_assets.dagster_adapter.partitions import range_for_partition
-from offset_assets.errors import OffsetAssetsError
-from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
+from offset_assets.dagster_adapter import ingestion_asset
+from offset_assets.ranges.ingestion import IngestionJob, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner, TimeWindowPlanner
 from offset_assets.ranges.sources import SqlTableSource
 
@@ -120,49 +111,6 @@ def profiles_job(source_url: str, start: datetime) -> IngestionJob:
     )
 
 
-def table_feed_asset(job: IngestionJob, **asset_kwargs) -> dg.AssetsDefinition:
-    """A time-window ingestion asset feeding a table that another asset is named after.
-
-    `ingestion_asset` ties one asset to one table (so downstream inputs find it by key);
-    `post_updates` feeds the `posts` table of the `posts` asset, so it is built here from
-    the same parts: one partition = one job_log window, a done window or a backfill
-    re-ingested as a refresh.
-    """
-    partitions_def = ingestion_partitions(job)
-
-    @dg.asset(
-        name=job.name,
-        partitions_def=partitions_def,
-        required_resource_keys={"io_manager"},
-        kinds={"spark"},
-        metadata={
-            TABLE_KEY: job.target.name,
-            "offset_assets/log_driven_type": str(job.planner.kind),
-            "offset_assets/source_type": job.source.source_type,
-        },
-        **asset_kwargs,
-    )
-    def _feed(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        io_manager = context.resources.io_manager
-        policy = dataclasses.replace(job.claim_policy, is_run_dead=dagster_run_is_dead(context.instance))
-        ingestion = RangeIngestion(io_manager.spark.spark_session, io_manager.control_plane(),
-                                   dataclasses.replace(job, claim_policy=policy),
-                                   warehouse=io_manager.warehouse)
-        key = context.partition_key
-        data_range = range_for_partition(partitions_def, key)
-        done = ingestion.log.get_range(job.name, data_range.start)
-        refresh = BACKFILL_TAG in context.run.tags or (done is not None and done.status == JobStatus.SUCCESS)
-        try:
-            result = ingestion.run_range(dataclasses.replace(data_range, refresh=refresh),
-                                         run_id=context.run_id, runtime_args={"partition_key": key})
-        except OffsetAssetsError as exc:
-            raise dg.Failure(description=f"{job.name} window {key}: {exc}") from exc
-        fields = {"partition_key": key, **result.as_metadata()}
-        return dg.MaterializeResult(metadata={k: v for k, v in fields.items() if v is not None})
-
-    return _feed
-
-
 @dataclass(frozen=True)
 class Ingestion:
     """The ingestion jobs and their assets, built for one source URL and window start."""
@@ -200,8 +148,8 @@ def build_ingestion(source_url: str, start: datetime | None = None) -> Ingestion
             description="New posts of the source system by auto-increment id ranges "
                         "(one partition per job_log range), into the versioned table `posts`.",
         ),
-        post_updates=table_feed_asset(
-            updates, group_name=GROUP,
+        post_updates=ingestion_asset(
+            updates, feeds="posts", group_name=GROUP,
             description="Edits and soft deletes of posts by daily windows of `updated_at`, "
                         "into the versioned table `posts` (a soft delete becomes sys_op = 1).",
         ),

@@ -11,13 +11,17 @@ together.
 - `user_post_stats` (transform key `user_id`, not the key of its input): posts per
   author, read from `enriched_posts`. A changed or deleted post re-computes its
   author's row; so does a rename, through the enriched posts it rewrote.
+
+Both run by declarative automation (`on_input_commits`): once an upstream asset has
+materialized and nothing upstream is still running. The Automation page of the UI shows
+each evaluation of the sensor `transformations_automation` (running by default).
 """
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from offset_assets.dagster_adapter import incremental_asset
+from offset_assets.dagster_adapter import incremental_asset, on_input_commits
 
 GROUP = "transformations"
 
@@ -41,7 +45,10 @@ USER_POST_STATS_SCHEMA = T.StructType([
     primary_key=["post_id"],
     schema=ENRICHED_POSTS_SCHEMA,
     join_keys={"profiles": {"user_id": "id"}},
+    # post_updates writes edits into the posts table: lineage and automation follow it too.
+    deps=["post_updates"],
     group_name=GROUP,
+    automation_condition=on_input_commits(),
 )
 def enriched_posts(posts: DataFrame, profiles: DataFrame) -> DataFrame:
     """Posts with their author's current name (profiles joined on user_id = id)."""
@@ -56,6 +63,7 @@ def enriched_posts(posts: DataFrame, profiles: DataFrame) -> DataFrame:
     primary_key=["user_id"],
     schema=USER_POST_STATS_SCHEMA,
     group_name=GROUP,
+    automation_condition=on_input_commits(),
 )
 def user_post_stats(enriched_posts: DataFrame) -> DataFrame:
     """Per author: name, number of live posts and the time of the latest change."""

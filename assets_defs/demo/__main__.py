@@ -40,7 +40,8 @@ def demo(ctx: click.Context, users: int, posts: int, inserts: int, updates: int,
         return
     sizes = DemoSizes(users=users, posts=posts, inserts=inserts, updates=updates, deletes=deletes,
                       renames=renames, traffic_seed=seed)
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(".dagster_home").resolve())))
+    # The instance configured by ./dagster.yaml, as `make dev` opens it.
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path.cwd())))
     home.mkdir(parents=True, exist_ok=True)
 
     import dagster as dg

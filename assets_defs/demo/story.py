@@ -1,9 +1,11 @@
 """The demo story, step by step: reset, seed, materialize, traffic, materialize again.
 
-Every materialization is a real Dagster run (`dg.materialize` against the instance under
-DAGSTER_HOME), so `make dev` shows the runs, their metadata and the check results
-afterwards. Ranges are found the way the deployment finds them: the `posts` id ranges
-by evaluating `posts_ranges_sensor`, the daily windows by the planner.
+Every materialization is a real Dagster run of one of the project's jobs (executed in
+process against the instance under DAGSTER_HOME), so `make dev` shows the runs under
+their jobs, with their metadata and the check results, afterwards. The demo refuses to
+run while `make dev` is up on the same instance (it would delete files the UI holds).
+Ranges are found the way the deployment finds them: the `posts` id ranges by
+evaluating `posts_ranges_sensor`, the daily windows by the planner.
 
 The source clock is the only thing the demo fakes. Daily windows are ingested once
 closed, so the seed is stamped at noon of the first window (two days ago) and the
@@ -15,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,15 +28,18 @@ import sqlalchemy as sa
 from assets_defs import source_system
 from assets_defs.assets.ingestion import ENV_INGEST_START, UPDATE_WINDOW, Ingestion, build_ingestion, ingest_start
 from assets_defs.assets.transformations import TRANSFORMATIONS
-from assets_defs.checks import OFFSET_CHECKS
 from assets_defs.definitions import build_definitions
+from assets_defs.jobs import transformations as transformations_job
 from assets_defs.resources import ENV_DEPLOYMENT
 from offset_assets.config import ENV_DB_URL, ENV_WAREHOUSE, default_db_url, default_warehouse, state_dir
 from offset_assets.control_plane import database
 from offset_assets.control_plane.job_log import JobLog
-from offset_assets.dagster_adapter.ingestion_assets import evaluate_ingestion_sensor
-from offset_assets.dagster_adapter.metadata import resolve_incremental
-from offset_assets.dagster_adapter.sensors import evaluate_offset_sensor
+from offset_assets.dagster_adapter import (
+    evaluate_ingestion_sensor,
+    evaluate_offset_sensor,
+    ingestion_job,
+    resolve_incremental,
+)
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.ranges.ingestion import IngestionJob, plan_ranges
 from offset_assets.ranges.planners import parse_time
@@ -45,6 +49,8 @@ from offset_assets.ranges.planners import parse_time
 NON_EMBEDDED = (ENV_DB_URL, ENV_WAREHOUSE, source_system.ENV_SOURCE_URL, ENV_INGEST_START, ENV_DEPLOYMENT)
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 DEMO_TAG = "offset_assets/demo"
+# A daemon beats every few seconds; one silent this long has stopped.
+DAEMON_ALIVE_S = 60.0
 
 
 class DemoError(OffsetAssetsError):
@@ -161,6 +167,23 @@ def check_embedded(environ: dict[str, str]) -> None:
         )
 
 
+def check_no_dagster_dev(instance: dg.DagsterInstance, now: float | None = None) -> None:
+    """Refuse while `make dev` runs on this instance: its code server keeps the state's
+    SQLite files open, so deleting them under it would leave the UI on deleted files.
+
+    `dagster dev` is recognised by its daemon's heartbeats in the instance."""
+    now = time.time() if now is None else now
+    recent = [heartbeat.daemon_type for heartbeat in instance.get_daemon_heartbeats().values()
+              if now - heartbeat.timestamp < DAEMON_ALIVE_S]
+    if recent:
+        raise DemoError(
+            f"`make dev` (dagster dev) is running on the Dagster instance {instance.root_directory} "
+            f"(daemon heartbeats {int(DAEMON_ALIVE_S)} s old at most) and holds the demo state open: "
+            "stop it (Ctrl-C), run `make demo`, then `make dev` again. To add changes while it runs, "
+            "use `python -m assets_defs.demo traffic` instead."
+        )
+
+
 def reset_demo_state(instance: dg.DagsterInstance, ingestion: Ingestion) -> list[Path]:
     """Delete the control plane, source database and warehouse under the state folder,
     and the demo's dynamic partitions in the Dagster instance (its run history stays)."""
@@ -191,12 +214,12 @@ def _remove_tree(path: Path) -> None:
 # -- materializing -------------------------------------------------------------------
 
 
-def _materialize(defs: dg.Definitions, instance: dg.DagsterInstance,
-                 assets: Sequence[Any], partition_key: str | None = None,
-                 tag: str = "demo") -> dg.ExecuteInProcessResult:
-    return dg.materialize(
-        assets, instance=instance, resources=defs.resources, partition_key=partition_key,
-        run_config=QUIET_RUN_CONFIG, tags={DEMO_TAG: tag},
+def _execute(defs: dg.Definitions, instance: dg.DagsterInstance, job_name: str,
+             partition_key: str | None = None, tag: str = "demo") -> dg.ExecuteInProcessResult:
+    """Run one of the project's own jobs, so the UI shows each demo run under its job."""
+    return defs.resolve_job_def(job_name).execute_in_process(
+        instance=instance, partition_key=partition_key, run_config=QUIET_RUN_CONFIG,
+        tags={DEMO_TAG: tag},
     )
 
 
@@ -224,12 +247,12 @@ def ingest_due_ranges(defs: dg.Definitions, ingestion: Ingestion, instance: dg.D
         for request in tick.dynamic_partitions_requests:
             instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
         key = tick.run_requests[0].partition_key
-        result = _materialize(defs, instance, [posts], key, tag)
+        result = _execute(defs, instance, ingestion_job(posts).name, key, tag)
         step.ingested.append(IngestedRange("posts", key, _metadata(result, "posts")))
         step.run_ids.append(result.run_id)
     for job in (ingestion.post_updates_job, ingestion.profiles_job):
         for key in _window_keys(job, ingestion, plane, until):
-            result = _materialize(defs, instance, [ingestion.asset_of(job)], key, tag)
+            result = _execute(defs, instance, ingestion_job(ingestion.asset_of(job)).name, key, tag)
             step.ingested.append(IngestedRange(job.name, key, _metadata(result, job.name)))
             step.run_ids.append(result.run_id)
 
@@ -249,7 +272,7 @@ def offset_sensor_requests(defs: dg.Definitions) -> dict[str, str]:
 
 def materialize_transformations(defs: dg.Definitions, instance: dg.DagsterInstance,
                                 step: MaterializationPass, tag: str) -> None:
-    result = _materialize(defs, instance, [*TRANSFORMATIONS, *OFFSET_CHECKS], tag=tag)
+    result = _execute(defs, instance, transformations_job.name, tag=tag)
     step.run_ids.append(result.run_id)
     for assets_def in TRANSFORMATIONS:
         name = assets_def.key.to_user_string()
@@ -308,6 +331,7 @@ def post_history(defs: dg.Definitions, post_id: int) -> list[tuple[int, float, s
 def run_story(sizes: DemoSizes, instance: dg.DagsterInstance, progress: Any = print) -> DemoStory:
     """Reset, seed, materialize, traffic, materialize; returns every number the report shows."""
     check_embedded(dict(os.environ))
+    check_no_dagster_dev(instance)
     started = time.monotonic()
     ingestion = build_ingestion(source_system.source_url(), ingest_start())
     defs = build_definitions(ingestion)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import click
+from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from offset_assets.cli.base import clear_errors, main
+from offset_assets.cli.offsets import iso_utc, require_known
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
@@ -16,6 +20,16 @@ from offset_assets.engine.errors import TransformationDefinitionError
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
 from offset_assets.versioned.table import VersionedTable
+
+QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %p %c{1}: %m%n
+"""
 
 
 def open_registered_table(spark, plane, name: str, warehouse: str) -> VersionedTable:  # noqa: ANN001
@@ -54,9 +68,8 @@ def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], refere
 
     Never lowers an existing offset. Inputs default to those that already have offsets.
     """
-    from offset_assets.spark import get_spark_session
-
     plane = connect(obj["db_url"])
+    require_known(plane, transformation)
     warehouse = warehouse or default_warehouse()
     refs = [_parse_reference(text) for text in references]
     ref_names = {table for table, _, _ in refs}
@@ -68,7 +81,7 @@ def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], refere
         raise TransformationDefinitionError(
             f"transformation {transformation!r} has no offsets yet: name its inputs with --input"
         )
-    spark = get_spark_session()
+    spark = quiet_spark_session()
     meta = open_registered_table(spark, plane, meta_table_name(transformation), warehouse)
     definition = Transformation(
         transformation_id=transformation,
@@ -83,5 +96,21 @@ def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], refere
     if not found:
         click.echo(f"{transformation}: no successful meta or empty inputs; no offset set")
         return
+    click.echo(f"{transformation}: offsets set from its meta (an existing larger offset is kept)")
     for name, value in sorted(found.items()):
-        click.echo(f"{transformation}\t{name}\t{value:.6f}")
+        click.echo(f"  {name:<24} {iso_utc(value)}")
+
+
+def quiet_spark_session() -> SparkSession:
+    """A Spark session for a command line: errors only in the JVM log, no progress bars.
+
+    The JVM prints its start-up warnings before any Python code could lower the log
+    level, so the log4j2 configuration is handed to the driver JVM when it starts."""
+    from offset_assets.spark import get_spark_session
+
+    config = Path(tempfile.gettempdir()) / "offset-assets-cli-log4j2.properties"
+    config.write_text(QUIET_LOG4J2)
+    return get_spark_session(app_name="offset-assets-cli", conf={
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={config.as_uri()}",
+    })

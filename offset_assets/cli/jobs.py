@@ -13,6 +13,7 @@ from offset_assets.cli.offsets import human_age, iso_utc
 from offset_assets.control_plane.database import connect
 from offset_assets.control_plane.job_log import JobLog, JobRecord, JobStatus
 from offset_assets.errors import OffsetAssetsError
+from offset_assets.ranges.planners import RangeKind, parse_time
 
 HEADER = ["job_id", "job", "type", "range start", "range end", "status", "attempt",
           "started (UTC)", "took", "steps", "run", "error"]
@@ -41,13 +42,23 @@ def _error(row: JobRecord) -> str:
     return row.error if len(row.error) <= MAX_ERROR else row.error[: MAX_ERROR - 3] + "..."
 
 
+def range_bound(log_driven_type: str | None, bound: str | None) -> str:
+    """Time-window bounds (stored as the seed's YYYYMMDDHHMMSS) as ISO 8601 UTC; ids and
+    Kafka offsets as stored."""
+    if bound is None:
+        return "-"
+    if log_driven_type == str(RangeKind.TIME_WINDOW):
+        return parse_time(bound).isoformat() + "Z"
+    return bound
+
+
 def _row(row: JobRecord, counts: dict[str, int]) -> list[str]:
     return [
         str(row.job_id),
         row.job_name,
         row.log_driven_type or "-",
-        row.data_range_start,
-        row.data_range_end or "-",
+        range_bound(row.log_driven_type, row.data_range_start),
+        range_bound(row.log_driven_type, row.data_range_end),
         row.status,
         str(row.attempt),
         iso_utc(row.job_start_time) if row.job_start_time is not None else "-",

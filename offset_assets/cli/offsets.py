@@ -1,8 +1,15 @@
-"""`offset-assets offsets`, `reset` and `metrics`: committed offsets from the shell."""
+"""`offset-assets offsets`, `rescan` (alias `reset`), `reprocess` and `metrics`: offsets
+from the shell.
+
+Two verbs undo work on purpose, named for what the next run then does:
+- `rescan`: offsets only. The next run reads the inputs' whole history and processes
+  the keys whose meta is older than their versions; processed keys stay processed.
+- `reprocess`: a reprocess request (offsets deleted in the same transaction); the next
+  run processes every key again, like a Dagster backfill.
+"""
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,12 +17,18 @@ import click
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from offset_assets.cli.base import clear_errors, main
-from offset_assets.control_plane.database import connect
+from offset_assets.control_plane.database import ControlPlane, connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.control_plane.reprocess import ReprocessRequests
+from offset_assets.engine.transformation import meta_table_name
+from offset_assets.errors import OffsetAssetsError
+
+META_PREFIX = meta_table_name("")
 
 
-def _repository(obj: dict[str, Any]) -> OffsetRepository:
-    return OffsetRepository(connect(obj["db_url"]))
+class UnknownTransformationError(OffsetAssetsError):
+    """A transformation (or input) name the control plane does not know."""
 
 
 def human_age(seconds: float) -> str:
@@ -57,13 +70,35 @@ def _describe(transformation: str, input_name: str | None) -> str:
     return f"transformation {transformation!r}, input {input_name!r}"
 
 
+def known_transformations(plane: ControlPlane) -> list[str]:
+    """Transformations this control plane knows: those with offsets or with a meta table
+    (a transformation that ran, even if it has no offset now)."""
+    with_offsets = {s["transformation_id"] for s in OffsetRepository(plane).get_statistics()}
+    with_meta = {name.removeprefix(META_PREFIX) for name in DeltaCatalog(plane).tables()
+                 if name.startswith(META_PREFIX)}
+    return sorted(with_offsets | with_meta)
+
+
+def require_known(plane: ControlPlane, transformation: str) -> None:
+    """Refuse a name the control plane has never seen (a typo), naming the known ones."""
+    known = known_transformations(plane)
+    if transformation not in known:
+        raise UnknownTransformationError(
+            f"no transformation {transformation!r} in the control plane "
+            f"(transformations: {', '.join(known) or 'none'})"
+        )
+
+
 @main.command("offsets")
 @click.argument("transformation", required=False)
 @click.pass_obj
 @clear_errors
 def offsets_command(obj: dict[str, Any], transformation: str | None) -> None:
     """Committed offsets and how long since each last advanced."""
-    stats = _repository(obj).get_statistics(transformation_id=transformation)
+    plane = connect(obj["db_url"])
+    if transformation is not None:
+        require_known(plane, transformation)
+    stats = OffsetRepository(plane).get_statistics(transformation_id=transformation)
     if not stats:
         where = f" for {_describe(transformation, None)}" if transformation else ""
         click.echo(f"no offsets{where}")
@@ -81,17 +116,10 @@ def offsets_command(obj: dict[str, Any], transformation: str | None) -> None:
     click.echo(_table(["TRANSFORMATION", "INPUT", "OFFSET", "OFFSET (UTC)", "AGE"], rows))
 
 
-@main.command("reset")
-@click.argument("transformation")
-@click.option("--input", "input_name", default=None, help="Reset only this input's offset.")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.pass_obj
-@clear_errors
-def reset_command(
-    obj: dict[str, Any], transformation: str, input_name: str | None, yes: bool
-) -> None:
-    """Delete offsets so the next run reprocesses those inputs from the beginning."""
-    repository = _repository(obj)
+def _rescan(obj: dict[str, Any], transformation: str, input_name: str | None, yes: bool) -> None:
+    plane = connect(obj["db_url"])
+    require_known(plane, transformation)
+    repository = OffsetRepository(plane)
     target = _describe(transformation, input_name)
     current = [
         s
@@ -99,22 +127,85 @@ def reset_command(
         if input_name is None or s["input_table_name"] == input_name
     ]
     if not current:
-        click.echo(f"error: no offset to reset for {target}", err=True)
-        sys.exit(1)
+        inputs = ", ".join(s["input_table_name"]
+                           for s in repository.get_statistics(transformation_id=transformation))
+        raise UnknownTransformationError(
+            f"no offset to reset for {target} (inputs with offsets: {inputs or 'none'})")
     if not yes:
         for s in current:
-            click.echo(f"  {s['input_table_name']}: {s['update_ts_offset']!r}")
+            click.echo(f"  {s['input_table_name']}: {iso_utc(s['update_ts_offset'])}")
         click.confirm(f"Reset {len(current)} offset(s) of {target}?", abort=True)
     deleted = repository.reset_offset(transformation, input_name)
     if deleted == 0:
-        click.echo(f"error: no offset to reset for {target} (reset meanwhile?)", err=True)
-        sys.exit(1)
+        raise UnknownTransformationError(f"no offset to reset for {target} (reset meanwhile?)")
     for s in current:
-        click.echo(
-            f"reset {transformation} / {s['input_table_name']} "
-            f"(was {s['update_ts_offset']!r}, {iso_utc(s['update_ts_offset'])})"
-        )
-    click.echo(f"{deleted} offset(s) reset; the next run reads these inputs from the beginning")
+        click.echo(f"reset {transformation} / {s['input_table_name']} (was {iso_utc(s['update_ts_offset'])})")
+    click.echo(
+        f"{deleted} offset(s) reset. The next run re-scans these inputs' whole history and "
+        "processes the keys whose meta is older than their versions (changes not processed "
+        f"yet); keys already processed stay as they are. To process every key again: "
+        f"offset-assets reprocess {transformation}"
+    )
+
+
+_RESCAN_HELP = """Delete offsets (all of TRANSFORMATION's, or one input's) so the next run
+re-scans those inputs from the beginning.
+
+A re-scan finds what the offsets may have skipped: keys whose meta is older than their
+versions come back. Keys already processed at their current version are not processed
+again; for that, use `reprocess`."""
+
+
+@main.command("rescan", help=_RESCAN_HELP)
+@click.argument("transformation")
+@click.option("--input", "input_name", default=None, help="Reset only this input's offset.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+@clear_errors
+def rescan_command(obj: dict[str, Any], transformation: str, input_name: str | None, yes: bool) -> None:
+    _rescan(obj, transformation, input_name, yes)
+
+
+@main.command("reset", help="The former name of `rescan`, kept for scripts. " + _RESCAN_HELP)
+@click.argument("transformation")
+@click.option("--input", "input_name", default=None, help="Reset only this input's offset.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+@clear_errors
+def reset_command(obj: dict[str, Any], transformation: str, input_name: str | None, yes: bool) -> None:
+    _rescan(obj, transformation, input_name, yes)
+
+
+@main.command("reprocess")
+@click.argument("transformation")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+@clear_errors
+def reprocess_command(obj: dict[str, Any], transformation: str, yes: bool) -> None:
+    """Make the next run of TRANSFORMATION process every key again, like a backfill.
+
+    One control-plane transaction records a reprocess request and deletes the
+    transformation's offsets. The next run processes every key whose meta is older than
+    the request (all of them); a run that dies half-way leaves the request in place and
+    the following run goes on with the keys still left."""
+    plane = connect(obj["db_url"])
+    require_known(plane, transformation)
+    requests = ReprocessRequests(plane)
+    pending = requests.pending(transformation)
+    if pending is not None:
+        click.echo(f"{transformation}: a reprocess request is already pending since {iso_utc(pending)}; "
+                   "it covers every key, offsets are deleted again")
+    offsets = OffsetRepository(plane).get_offsets_for_transformation(transformation)
+    if not yes:
+        for name, value in sorted(offsets.items()):
+            click.echo(f"  {name}: {iso_utc(value)}")
+        click.confirm(f"Reprocess every key of {transformation!r} on its next run"
+                      f"{' and delete these offsets' if offsets else ''}?", abort=True)
+    requested = requests.request(transformation)
+    for name, value in sorted(offsets.items()):
+        click.echo(f"reset {transformation} / {name} (was {iso_utc(value)})")
+    click.echo(f"reprocess requested at {iso_utc(requested)}: the next run of {transformation} "
+               "processes every key again")
 
 
 @main.command("metrics")
@@ -136,7 +227,7 @@ def metrics_command(obj: dict[str, Any]) -> None:
         labels,
         registry=registry,
     )
-    for s in _repository(obj).get_statistics():
+    for s in OffsetRepository(connect(obj["db_url"])).get_statistics():
         key = (s["transformation_id"], s["input_table_name"])
         age.labels(*key).set(s["offset_age_seconds"])
         value.labels(*key).set(s["update_ts_offset"])

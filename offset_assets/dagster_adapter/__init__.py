@@ -1,27 +1,45 @@
-"""Layer 5: the Dagster adapter (resources, IO manager, decorator, checks, sensors,
-schedules, backfills). Names are resolved lazily, so importing the offset store does
-not start importing Spark."""
+"""Layer 5: the Dagster adapter (resources, IO manager, decorator, automation, checks,
+sensors, schedules, backfills, ingestion assets): everything a Dagster project imports.
+Names are resolved lazily, so importing the offset store does not start importing Spark."""
 
 from __future__ import annotations
 
 from offset_assets.lazy_exports import lazy_getattr
 
 _EXPORTS = {
+    # resources
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",
     "SparkSessionResource": "offset_assets.dagster_adapter.spark_resource",
+    "IncrementalEngineResource": "offset_assets.dagster_adapter.engine_resource",
+    "ENGINE_RESOURCE_KEY": "offset_assets.dagster_adapter.engine_resource",
     "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",
+    # incremental assets
     "incremental_asset": "offset_assets.dagster_adapter.assets",
+    "IncrementalRunConfig": "offset_assets.dagster_adapter.assets",
+    "ChangeDetection": "offset_assets.dagster_adapter.assets",
     "incremental_metadata": "offset_assets.dagster_adapter.metadata",
     "table_metadata": "offset_assets.dagster_adapter.metadata",
     "run_metadata": "offset_assets.dagster_adapter.metadata",
+    "resolve_incremental": "offset_assets.dagster_adapter.metadata",
+    "on_input_commits": "offset_assets.dagster_adapter.automation",
+    # checks, sensors, schedules
     "build_offset_checks": "offset_assets.dagster_adapter.checks",
     "build_offset_sensor": "offset_assets.dagster_adapter.sensors",
+    "evaluate_offset_sensor": "offset_assets.dagster_adapter.sensors",
     "build_incremental_schedule": "offset_assets.dagster_adapter.schedules",
     "build_offset_checks_schedule": "offset_assets.dagster_adapter.schedules",
     "offset_checks_job": "offset_assets.dagster_adapter.schedules",
+    # backfills
     "is_reset_run": "offset_assets.dagster_adapter.backfill",
     "BACKFILL_TAG": "offset_assets.dagster_adapter.backfill",
     "RESET_TAG": "offset_assets.dagster_adapter.backfill",
+    # log-driven ingestion
+    "ingestion_asset": "offset_assets.dagster_adapter.ingestion_assets",
+    "ingestion_job": "offset_assets.dagster_adapter.ingestion_assets",
+    "build_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_assets",
+    "build_ingestion_schedule": "offset_assets.dagster_adapter.ingestion_assets",
+    "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_assets",
+    "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_assets",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,18 +10,20 @@ a versioned table; the asset's own table is its key as a Python identifier.
 
 Design: the generated asset runs the engine in its body. The upstream assets are
 `deps` (ordering and lineage only, nothing loaded by an IO manager) and the body calls
-`IncrementalEngine.run_full` (or `run_changelist`), which calls the user's function once
+`IncrementalEngine.run_full` (or `run_changelist`) of its typed resource
+`incremental_engine: IncrementalEngineResource`, which calls the user's function once
 per batch. Why not the IO manager's load_input/handle_output here: Dagster calls an
 asset body exactly once, so per-batch commit, batch sizes, failed-batch recording and
 explicit key lists, which all need the function called per batch, cannot be expressed
 through it. The IO manager path stays for hand-written `@dg.asset`s (single batch,
 commit at the end; see `io_manager.py`), and both paths share one configuration: the
-body takes its Spark session, control plane and warehouse from the `OffsetIOManager`
-under the asset's `io_manager_key`, which also serves the table to downstream consumers
-(their inputs load its actual state).
+`OffsetIOManager` under the asset's `io_manager_key`, which serves the table to
+downstream consumers (their inputs load its actual state), is built on the same
+`IncrementalEngineResource`.
 
 Run controls, all visible in the Dagster UI:
-- run config `{"keys": [{"post_id": 1}]}`: process exactly those keys; offsets untouched;
+- run config (`IncrementalRunConfig`) `{"changelist": [{"post_id": 1}]}`: process exactly
+  those keys; offsets untouched;
 - run config `{"change_detection": "v1"}`: compute the changed index by full comparison;
 - tag `dagster/backfill` (every backfill run) or `offset_assets/reset`: reset the offsets
   and reprocess every key (see `backfill.py`).
@@ -32,15 +34,18 @@ fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
 # No `from __future__ import annotations`: Dagster inspects the decorated functions'
 # annotations (the context type) at definition time, so they must not be strings.
 
+import enum
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import dagster as dg
+from pydantic import Field
 from pyspark.sql import DataFrame
 
 from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
-from offset_assets.dagster_adapter.io_manager import OffsetIOManager, report_run
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
+from offset_assets.dagster_adapter.io_manager import report_run
 from offset_assets.dagster_adapter.metadata import (
     FailedKeysPolicy,
     IncrementalAsset,
@@ -51,21 +56,30 @@ from offset_assets.dagster_adapter.metadata import (
 )
 from offset_assets.engine.result import RunResult
 
-RUN_CONFIG_SCHEMA = {
-    "keys": dg.Field(
-        [dg.Permissive()],
-        is_required=False,
-        description="Process exactly these transform-key values (run_changelist); "
-        "offsets are not touched.",
-    ),
-    "change_detection": dg.Field(
-        dg.Enum("ChangeDetection", [dg.EnumValue("v2"), dg.EnumValue("v1")]),
-        is_required=False,
-        description="v2 (offsets, default of the asset) or v1 (full comparison).",
-    ),
-}
 
-_RESERVED = {"deps", "ins", "config_schema", "required_resource_keys", "io_manager_key",
+class ChangeDetection(enum.Enum):
+    """How a run finds its changed keys: `v2` by offsets, `v1` by full comparison."""
+
+    v2 = "v2"
+    v1 = "v1"
+
+
+class IncrementalRunConfig(dg.Config):
+    """Run config of an incremental asset (the launchpad shows these fields)."""
+
+    # Not named `keys`: a pydantic model with a field `keys` cannot be turned into a dict.
+    changelist: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Process exactly these transform-key values, e.g. [{post_id: 7}] "
+        "(run_changelist); offsets are not touched.",
+    )
+    change_detection: ChangeDetection | None = Field(
+        default=None,
+        description="v2 (by offsets; the asset's default) or v1 (full comparison, to verify).",
+    )
+
+
+_RESERVED = {"ins", "config_schema", "required_resource_keys", "io_manager_key",
              "metadata", "name", "key_prefix"}
 
 
@@ -84,6 +98,7 @@ def incremental_asset(
     key_prefix: str | Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
     io_manager_key: str = "io_manager",
+    deps: Sequence[dg.AssetKey | str | dg.AssetsDefinition] = (),
     **asset_kwargs: Any,
 ) -> Callable[[Callable[..., DataFrame]], dg.AssetsDefinition]:
     """Declare an incremental asset computed by a function of Spark DataFrames.
@@ -95,7 +110,12 @@ def incremental_asset(
     join_keys: parameter name -> {primary_col: reference_col} for reference inputs.
     batch_size, commit_mode ("end" | "batch"), change_detection ("v2" | "v1"): engine
         options; on_failed_keys: "raise" (fail the step) or "warn".
-    io_manager_key: the `OffsetIOManager` the asset runs with and is read through.
+    io_manager_key: the `OffsetIOManager` serving the asset's table to downstream assets.
+    deps: more upstream assets, for lineage and automation only: an asset that writes
+        into an input's table under another name (the reference project's
+        `post_updates` writes `posts`).
+    The body runs the engine of the `IncrementalEngineResource` under the resource key
+    `incremental_engine`.
     Other keyword arguments (group_name, description, owners, tags, retry_policy,
     automation_condition, ...) go to `dg.asset`.
     """
@@ -131,52 +151,50 @@ def incremental_asset(
         @dg.asset(
             name=name or fn.__name__,
             key_prefix=key_prefix,
-            deps=list(upstream.values()),
+            deps=[*upstream.values(), *deps],
             metadata={
                 **spec.to_metadata(),
                 "dagster/column_schema": column_schema(spec.schema_json),
                 **(metadata or {}),
             },
-            config_schema=RUN_CONFIG_SCHEMA,
-            required_resource_keys={io_manager_key},
             io_manager_key=io_manager_key,
             kinds=kinds,
             description=description or inspect.getdoc(fn),
             **asset_kwargs,
         )
-        def _incremental(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-            io_manager = getattr(context.resources, io_manager_key)
+        def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
+                         incremental_engine: IncrementalEngineResource) -> dg.MaterializeResult:
             asset = resolve_incremental(context.assets_def, context.asset_key)
-            return materialize_incremental(context, io_manager, asset, fn)
+            return materialize_incremental(context, config, incremental_engine, asset, fn)
 
         return _incremental
 
     return decorate
 
 
-def materialize_incremental(context: dg.AssetExecutionContext, io_manager: OffsetIOManager,
-                            asset: IncrementalAsset,
+def materialize_incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
+                            resource: IncrementalEngineResource, asset: IncrementalAsset,
                             fn: Callable[..., DataFrame]) -> dg.MaterializeResult:
     """Run the engine for `asset` as the Dagster run asks: changelist, reset or regular."""
-    config = context.op_execution_context.op_config or {}
     tags = context.run.tags
     reset = reset_reason(tags) if is_reset_run(tags) else None
-    keys = config.get("keys")
+    keys = config.changelist
     if keys is not None and reset is not None:
         raise dg.Failure(
             f"{asset.asset_key.to_user_string()}: a run cannot both reset the offsets "
             f"({reset}) and process an explicit key list"
         )
-    engine = io_manager.engine()
-    transformation = io_manager.transformation(asset, _by_parameter(asset, fn))
+    engine = resource.engine()
+    transformation = resource.transformation(asset, _by_parameter(asset, fn))
     result: RunResult
     if keys is not None:
         result = engine.run_changelist(transformation, keys, run_id=context.run_id)
     else:
         result = engine.run_full(transformation, run_id=context.run_id,
-                                 change_detection=config.get("change_detection"),
+                                 change_detection=(config.change_detection.value
+                                                   if config.change_detection else None),
                                  reprocess_all=reset is not None)
-    return dg.MaterializeResult(metadata=report_run(context, asset, result, reset))
+    return dg.MaterializeResult(metadata=report_run(context, asset, result, reset, resource))
 
 
 def _parameters(fn: Callable[..., DataFrame]) -> list[str]:

@@ -18,6 +18,9 @@ from collections.abc import Mapping
 
 BACKFILL_TAG = "dagster/backfill"
 RESET_TAG = "offset_assets/reset"
+# Added to a run that reset offsets, one tag per transformation: the runs list of a
+# backfill (and the run's page) shows what was reset without opening the metadata.
+OFFSETS_RESET_TAG_PREFIX = "offset_assets/offsets_reset."
 
 _FALSE_VALUES = frozenset({"false", "0", "no", "off", ""})
 

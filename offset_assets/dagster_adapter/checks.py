@@ -162,6 +162,25 @@ def backlog_result(plane: ControlPlane, asset: IncrementalAsset, max_versions: i
     return _verdict(severity, problems, metadata, "no input versions beyond the offsets")
 
 
+def offset_lag_seconds(plane: ControlPlane, transformation_id: str,
+                       input_tables: Iterable[str]) -> dict[str, float | None]:
+    """Per input, how far its offset lags behind its newest non-empty commit, in seconds
+    of commit time (0 when nothing committed is beyond the offset; None without an
+    offset). Unlike the offset's age, this stays 0 while an input receives nothing."""
+    offsets = OffsetRepository(plane).get_offsets_for_transformation(transformation_id)
+    catalog = DeltaCatalog(plane)
+    lags: dict[str, float | None] = {}
+    for name in input_tables:
+        offset = offsets.get(name)
+        if offset is None:
+            lags[name] = None
+            continue
+        beyond = [d.commit_ts for d in catalog.committed(name, since_ts=offset)
+                  if not d.is_empty and d.commit_ts > offset]
+        lags[name] = max(beyond) - offset if beyond else 0.0
+    return lags
+
+
 def _verdict(severity: dg.AssetCheckSeverity | None, problems: list[str],
              metadata: dict[str, dg.MetadataValue], ok: str) -> dg.AssetCheckResult:
     if severity is None:

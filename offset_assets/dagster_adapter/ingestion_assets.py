@@ -16,23 +16,29 @@ get dynamic partitions, added by `build_ingestion_sensor`, which plans the next 
 from job_log and requests a run for the first one.
 
 Like `incremental_asset`, the body takes its Spark session, control plane and
-warehouse from the `OffsetIOManager` under `io_manager_key`, which also serves the
-ingested table to downstream assets.
+warehouse from the typed `IncrementalEngineResource` (resource key
+`incremental_engine`); the `OffsetIOManager` under `io_manager_key` serves the ingested
+table to downstream assets.
 """
 
 # No `from __future__ import annotations`: Dagster inspects the decorated functions'
 # annotations (the context type) at definition time, so they must not be strings.
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog, JobStatus
 from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.metadata import TABLE_KEY, table_name_for
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.partitions import (
@@ -42,7 +48,7 @@ from offset_assets.dagster_adapter.partitions import (
 )
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, RangeResult, plan_ranges
-from offset_assets.ranges.planners import DataRange, TimeWindowPlanner
+from offset_assets.ranges.planners import DataRange, RangeKind, TimeWindowPlanner, parse_time
 
 REFRESH_TAG = "offset_assets/refresh"
 _FALSE_VALUES = frozenset({"false", "0", "no", "off", ""})
@@ -78,33 +84,42 @@ def ingestion_asset(
     io_manager_key: str = "io_manager",
     end_offset: int = 0,
     metadata: Mapping[str, Any] | None = None,
+    feeds: dg.AssetKey | str | None = None,
     **asset_kwargs: Any,
 ) -> dg.AssetsDefinition:
     """A partitioned asset ingesting `job`'s ranges into its target versioned table.
 
     The asset key is `key_prefix` + `job.name`; its versioned table must be the one the
-    IO manager serves for that key (`job.target.name`). Other keyword arguments
-    (group_name, description, owners, tags, deps, retry_policy, ...) go to `dg.asset`.
+    IO manager serves for that key (`job.target.name`), unless `feeds` names another
+    asset whose table the job writes into (a second ingestion path of one table, like
+    edits by time window beside inserts by id range). Downstream assets then read that
+    asset's table, and list this one in their `deps` for lineage. Other keyword
+    arguments (group_name, description, owners, tags, deps, retry_policy, ...) go to
+    `dg.asset`. The body runs on the `IncrementalEngineResource` under the resource key
+    `incremental_engine`.
     """
     asset_key = dg.AssetKey([*_as_list(key_prefix), job.name])
-    if table_name_for(asset_key) != job.target.name:
+    read_as = dg.AssetKey.from_coercible(feeds) if feeds is not None else asset_key
+    if table_name_for(read_as) != job.target.name:
         raise dg.DagsterInvalidDefinitionError(
-            f"ingestion asset {asset_key.to_user_string()} is read downstream as table "
-            f"{table_name_for(asset_key)!r}, but its job writes {job.target.name!r}: "
-            "name the target table after the asset key"
+            f"ingestion asset {asset_key.to_user_string()} writes table {job.target.name!r}, "
+            f"but asset {read_as.to_user_string()} is read downstream as table "
+            f"{table_name_for(read_as)!r}: name the target table after the asset key, or "
+            "pass feeds=<the asset whose table it writes>"
         )
     partitions_def = ingestion_partitions(job, end_offset)
+    writes = (f"the versioned table {job.target.name!r}" if feeds is None else
+              f"the versioned table {job.target.name!r} of asset {read_as.to_user_string()}")
 
     @dg.asset(
         key=asset_key,
         partitions_def=partitions_def,
-        required_resource_keys={io_manager_key},
         io_manager_key=io_manager_key,
         kinds=asset_kwargs.pop("kinds", {"spark"}),
         description=asset_kwargs.pop(
             "description",
-            f"Ingests {job.source.source_type} data by {job.planner.kind} ranges into the "
-            f"versioned table {job.target.name!r}, one partition per job_log range.",
+            f"Ingests {job.source.source_type} data by {job.planner.kind} ranges into "
+            f"{writes}, one partition per job_log range.",
         ),
         metadata={
             TABLE_KEY: job.target.name,
@@ -114,14 +129,14 @@ def ingestion_asset(
         },
         **asset_kwargs,
     )
-    def _ingest(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        io_manager = getattr(context.resources, io_manager_key)
+    def _ingest(context: dg.AssetExecutionContext,
+                incremental_engine: IncrementalEngineResource) -> dg.MaterializeResult:
         policy = job.claim_policy
         if policy.is_run_dead is None:
             policy = dataclasses.replace(policy, is_run_dead=dagster_run_is_dead(context.instance))
-        ingestion = RangeIngestion(io_manager.spark.spark_session, io_manager.control_plane(),
+        ingestion = RangeIngestion(incremental_engine.spark_session, incremental_engine.control_plane(),
                                    dataclasses.replace(job, claim_policy=policy),
-                                   warehouse=io_manager.warehouse)
+                                   warehouse=incremental_engine.warehouse)
         results: list[tuple[str, RangeResult]] = []
         for key in _partition_keys(context):
             data_range = _range_to_run(ingestion.log, job, partitions_def, key, context.run.tags)
@@ -133,7 +148,9 @@ def ingestion_asset(
             except OffsetAssetsError as exc:
                 raise dg.Failure(description=f"{job.name} range {key}: {exc}") from exc
             results.append((key, result))
-        return dg.MaterializeResult(metadata=_metadata(results))
+        row_count = (incremental_engine.table(read_as).read_actual().count()
+                     if incremental_engine.row_count else None)
+        return dg.MaterializeResult(metadata=_metadata(results, row_count))
 
     return _ingest
 
@@ -164,17 +181,50 @@ def _range_to_run(log: JobLog, job: IngestionJob, partitions_def: dg.PartitionsD
     return dataclasses.replace(data_range, refresh=done or asked or BACKFILL_TAG in tags)
 
 
-def _metadata(results: list[tuple[str, RangeResult]]) -> dict[str, Any]:
+def range_bound_text(kind: RangeKind | str, bound: Any) -> str | None:
+    """A range bound as a person reads it: time-window bounds (stored as the seed's
+    `YYYYMMDDHHMMSS`) as ISO 8601 UTC, ids and Kafka offsets as they are."""
+    if bound is None:
+        return None
+    if str(kind) == str(RangeKind.TIME_WINDOW):
+        return parse_time(str(bound)).isoformat() + "Z"
+    return bound if isinstance(bound, str) else json.dumps(bound, sort_keys=True)
+
+
+def _metadata(results: list[tuple[str, RangeResult]], row_count: int | None) -> dict[str, Any]:
+    """Typed metadata (ints plot, timestamps show as dates) of the ranges one run ingested."""
+    metadata: dict[str, Any] = {}
+    if row_count is not None:
+        metadata["dagster/row_count"] = dg.MetadataValue.int(row_count)
     if len(results) == 1:
         key, result = results[0]
-        fields = {"partition_key": key, **result.as_metadata()}
-        return {k: v for k, v in fields.items() if v is not None}
+        kind = result.data_range.kind
+        fields = {
+            "partition_key": dg.MetadataValue.text(key),
+            "job_id": dg.MetadataValue.int(result.job_id),
+            "attempt": dg.MetadataValue.int(result.attempt),
+            "log_driven_type": dg.MetadataValue.text(str(kind)),
+            "data_range_start": range_bound_text(kind, result.data_range.start),
+            "data_range_end": range_bound_text(kind, result.data_range.end),
+            "refresh": dg.MetadataValue.bool(result.data_range.refresh),
+            "rows_read": dg.MetadataValue.int(result.rows_read),
+            "rows_upserted": dg.MetadataValue.int(result.rows_upserted),
+            "rows_deleted": dg.MetadataValue.int(result.rows_deleted),
+            "rows_unchanged": dg.MetadataValue.int(result.rows_unchanged),
+            "delta_num": (dg.MetadataValue.int(result.delta_num) if result.delta_num is not None
+                          else None),
+            "commit_ts": (dg.MetadataValue.timestamp(result.commit_ts) if result.commit_ts is not None
+                          else None),
+            "took_over_run_id": result.took_over_run_id,
+        }
+        return {**metadata, **{k: v for k, v in fields.items() if v is not None}}
     return {
+        **metadata,
         "partition_keys": [key for key, _ in results],
-        "rows_read": sum(r.rows_read for _, r in results),
-        "rows_upserted": sum(r.rows_upserted for _, r in results),
-        "rows_deleted": sum(r.rows_deleted for _, r in results),
-        "rows_unchanged": sum(r.rows_unchanged for _, r in results),
+        "rows_read": dg.MetadataValue.int(sum(r.rows_read for _, r in results)),
+        "rows_upserted": dg.MetadataValue.int(sum(r.rows_upserted for _, r in results)),
+        "rows_deleted": dg.MetadataValue.int(sum(r.rows_deleted for _, r in results)),
+        "rows_unchanged": dg.MetadataValue.int(sum(r.rows_unchanged for _, r in results)),
         "delta_nums": [r.delta_num for _, r in results if r.delta_num is not None],
     }
 
@@ -192,8 +242,9 @@ def build_ingestion_sensor(
 ) -> dg.SensorDefinition:
     """A sensor that plans `job`'s next ranges from job_log, adds them as dynamic
     partitions of `assets_def` and requests a run of the first one (ranges run in
-    order). Reads the control plane (the `OffsetStore` resource under the key
-    `offset_store`) and the source's max id or offsets; never Spark."""
+    order), as the job `ingestion_job(assets_def)` so the run names its target. Reads the
+    control plane (the `OffsetStore` resource under the key `offset_store`) and the
+    source's max id or offsets; never Spark."""
     partitions_def = assets_def.partitions_def
     if not isinstance(partitions_def, dg.DynamicPartitionsDefinition):
         raise dg.DagsterInvalidDefinitionError(
@@ -203,7 +254,7 @@ def build_ingestion_sensor(
 
     @dg.sensor(
         name=name or f"{job.name}_ranges_sensor",
-        target=[assets_def.key],
+        job=ingestion_job(assets_def),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description=f"Plans the next {job.planner.kind} ranges of {job.name} from job_log "
@@ -246,8 +297,29 @@ def evaluate_ingestion_sensor(
             skip_reason=f"{job.name}: range {keys[0]} is running under run {row.run_id}",
         )
     attempt = (row.attempt if row is not None else 0) + 1
-    run = dg.RunRequest(run_key=f"{keys[0]}#{attempt}", partition_key=keys[0])
+    run = dg.RunRequest(run_key=f"{keys[0]}#{attempt}@{_state_stamp(job, plane)}",
+                        partition_key=keys[0])
     return dg.SensorResult(run_requests=[run], dynamic_partitions_requests=requests)
+
+
+def _state_stamp(job: IngestionJob, plane: ControlPlane) -> str:
+    """When the job's target table was registered in this control plane.
+
+    Dagster never launches a run key twice, while a control plane deleted and created
+    again (a demo reset) plans the same ranges with the same attempts: the stamp keeps
+    their run keys new. The table is registered here when needed (control plane only,
+    the same spec the first write registers), so even the first range carries it."""
+    target = job.target
+    spec = DeltaCatalog(plane).register_table(target.name, list(target.primary_key),
+                                              target.schema.json())
+    return datetime.fromtimestamp(spec.created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def ingestion_job(assets_def: dg.AssetsDefinition) -> UnresolvedAssetJobDefinition:
+    """The job that ingests ranges of `assets_def` (`<asset>_ingestion`): what its
+    schedule or sensor launches, so every run shows the job it belongs to."""
+    return dg.define_asset_job(f"{assets_def.key.to_python_identifier()}_ingestion",
+                               selection=[assets_def.key], partitions_def=assets_def.partitions_def)
 
 
 def build_ingestion_schedule(
@@ -263,9 +335,7 @@ def build_ingestion_schedule(
             f"asset {assets_def.key.to_user_string()} is not time-window partitioned "
             "(dynamic ranges are launched by build_ingestion_sensor)"
         )
-    asset_name = assets_def.key.to_python_identifier()
-    job = dg.define_asset_job(f"{asset_name}_ingestion", selection=[assets_def.key],
-                              partitions_def=assets_def.partitions_def)
     return dg.build_schedule_from_partitioned_job(
-        job, name=name or f"{asset_name}_schedule", default_status=default_status
+        ingestion_job(assets_def), name=name or f"{assets_def.key.to_python_identifier()}_schedule",
+        default_status=default_status,
     )

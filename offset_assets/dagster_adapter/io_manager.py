@@ -39,27 +39,23 @@ from pydantic import Field, PrivateAttr
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, UnknownTableError
-from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
+from offset_assets.dagster_adapter.backfill import OFFSETS_RESET_TAG_PREFIX, is_reset_run, reset_reason
+from offset_assets.dagster_adapter.checks import offset_lag_seconds
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.metadata import (
     IncrementalAsset,
     TableSpecMetadata,
     check_failed_keys,
+    iso_utc,
     resolve_incremental,
     run_metadata,
     table_name_for,
 )
-from offset_assets.dagster_adapter.offset_store import OffsetStore
-from offset_assets.dagster_adapter.spark_resource import SparkSessionResource
 from offset_assets.engine.result import RunResult
-from offset_assets.engine.runner import IncrementalEngine, TransformationRun
+from offset_assets.engine.runner import TransformationRun
 from offset_assets.engine.transformation import (
-    Transformation,
     TransformFunction,
-    TransformInput,
 )
-from offset_assets.versioned.table import VersionedTable
 
 
 @dataclass
@@ -76,63 +72,15 @@ class _OpenRun:
 
 
 class OffsetIOManager(dg.ConfigurableIOManager):
-    """Reads and writes versioned tables (Parquet under `warehouse`, catalogued in the
-    control plane of `offset_store`); inputs of incremental assets are read
+    """Reads and writes versioned tables through `engine` (Parquet under its warehouse,
+    catalogued in its control plane); inputs of incremental assets are read
     incrementally, from each input only what changed since the committed offsets."""
 
-    offset_store: dg.ResourceDependency[OffsetStore]
-    spark: dg.ResourceDependency[SparkSessionResource]
-    warehouse: str | None = Field(
-        default=None,
-        description="Warehouse root (any Hadoop URI); default OFFSET_ASSETS_WAREHOUSE, "
-        "else ./state/warehouse.",
+    engine: IncrementalEngineResource = Field(
+        description="Where tables live and how the engine runs (control plane, Spark, warehouse).",
     )
 
     _open_runs: dict[tuple[str, dg.AssetKey], _OpenRun] = PrivateAttr(default_factory=dict)
-
-    # -- building blocks, shared with `incremental_asset` ---------------------------------
-
-    def control_plane(self) -> ControlPlane:
-        return self.offset_store.control_plane()
-
-    def engine(self) -> IncrementalEngine:
-        return IncrementalEngine(self.spark.spark_session, self.control_plane())
-
-    def table(self, asset_key: dg.AssetKey) -> VersionedTable:
-        """The versioned table of an asset, as registered in the delta catalog."""
-        name = table_name_for(asset_key)
-        spec = DeltaCatalog(self.control_plane()).table_spec(name)
-        if spec is None:
-            raise UnknownTableError(
-                f"asset {asset_key.to_user_string()} has no versioned table {name!r} in the "
-                "delta catalog yet: materialize it first"
-            )
-        schema = StructType.fromJson(json.loads(spec.schema_json))
-        return self._versioned_table(name, spec.primary_key, schema)
-
-    def transformation(self, asset: IncrementalAsset, func: TransformFunction) -> Transformation:
-        """The engine's view of an incremental asset: its input tables and output table."""
-        spec = asset.spec
-        output = self._versioned_table(
-            asset.table_name, list(spec.primary_key),
-            StructType.fromJson(json.loads(spec.schema_json)),
-        )
-        return Transformation(
-            transformation_id=asset.transformation_id,
-            inputs=[TransformInput(self.table(inp.asset_key), inp.join_keys)
-                    for inp in asset.inputs],
-            transform_keys=list(spec.transform_keys),
-            outputs=[output],
-            func=func,
-            batch_size=spec.batch_size,
-            commit_mode=spec.commit_mode,
-            change_detection=spec.change_detection,
-        )
-
-    def _versioned_table(self, name: str, primary_key: list[str],
-                         schema: StructType) -> VersionedTable:
-        return VersionedTable(self.spark.spark_session, self.control_plane(), name,
-                              primary_key, schema, warehouse=self.warehouse)
 
     # -- IOManager ------------------------------------------------------------------------
 
@@ -141,7 +89,7 @@ class OffsetIOManager(dg.ConfigurableIOManager):
         consumer = _consumer(context)
         consumed = consumer.input_for_key(upstream) if consumer is not None else None
         if consumed is None:
-            return self.table(upstream).read_actual()
+            return self.engine.table(upstream).read_actual()
         return self._open_run(context, consumer).frames[consumed.table_name]
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
@@ -176,13 +124,13 @@ class OffsetIOManager(dg.ConfigurableIOManager):
             )
         tags = context.step_context.run_tags
         reset = reset_reason(tags) if is_reset_run(tags) else None
-        transformation = self.transformation(asset, _body_is_the_function(asset))
-        run = self.engine().open_run(transformation, run_id=context.step_context.run_id,
+        transformation = self.engine.transformation(asset, _body_is_the_function(asset))
+        run = self.engine.engine().open_run(transformation, run_id=context.step_context.run_id,
                                      reprocess_all=reset is not None)
         run.__enter__()
         try:
             frames = run.input_frames(0) if run.batches else {
-                inp.name: self.spark.spark_session.createDataFrame([], inp.table.schema)
+                inp.name: self.engine.spark_session.createDataFrame([], inp.table.schema)
                 for inp in transformation.inputs
             }
         except BaseException:
@@ -211,7 +159,7 @@ class OffsetIOManager(dg.ConfigurableIOManager):
             result = run.finish()
         finally:
             open_run.close()
-        report_run(context, asset, result, open_run.reset_reason)
+        report_run(context, asset, result, open_run.reset_reason, self.engine)
 
     # -- plain assets --------------------------------------------------------------------------
 
@@ -223,9 +171,9 @@ class OffsetIOManager(dg.ConfigurableIOManager):
             )
         declared = TableSpecMetadata.from_metadata(context.definition_metadata)
         if declared is None:
-            table = self.table(context.asset_key)
+            table = self.engine.table(context.asset_key)
         else:
-            table = self._versioned_table(
+            table = self.engine.versioned_table(
                 table_name_for(context.asset_key), list(declared.primary_key),
                 StructType.fromJson(json.loads(declared.schema_json)),
             )
@@ -241,15 +189,28 @@ class OffsetIOManager(dg.ConfigurableIOManager):
 
 
 def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: IncrementalAsset,
-               result: RunResult, reset: str | None) -> dict[str, dg.MetadataValue]:
-    """Log the run, build its metadata and apply the failed-keys policy (raises `Failure`)."""
-    metadata = run_metadata(result, output_tables=[asset.table_name], reset_reason=reset)
+               result: RunResult, reset: str | None,
+               engine: IncrementalEngineResource) -> dict[str, dg.MetadataValue]:
+    """Log the run, build its metadata and apply the failed-keys policy (raises `Failure`).
+
+    A reset is also written to the Dagster run's tags, so the runs list of a backfill
+    shows which runs reset offsets and what they were."""
+    row_count = engine.table(asset.asset_key).read_actual().count() if engine.row_count else None
+    lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
+    metadata = run_metadata(result, output_tables=[asset.table_name], reset_reason=reset,
+                            row_count=row_count, offset_lag_s=lags)
     context.log.info(result.summary())
     if reset is not None:
+        reset_offsets = ", ".join(f"{name} (was {iso_utc(ts)})"
+                                  for name, ts in sorted(result.offsets_reset.items())) or "none set"
         context.log.warning(
-            f"{asset.asset_key.to_user_string()}: {reset}: offsets {result.offsets_reset} "
-            "were reset and every key reprocessed"
+            f"{asset.asset_key.to_user_string()}: {reset}: offsets reset ({reset_offsets}) "
+            "and every key reprocessed"
         )
+        instance = context.step_context.instance if isinstance(context, dg.OutputContext) else context.instance
+        instance.add_run_tags(context.run_id, {
+            f"{OFFSETS_RESET_TAG_PREFIX}{asset.transformation_id}": reset_offsets,
+        })
     check_failed_keys(result, asset.spec.on_failed_keys, metadata, context.log)
     if isinstance(context, dg.OutputContext):
         context.add_output_metadata(metadata)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import dagster as dg
@@ -71,7 +72,8 @@ class IncrementalSpec:
             SPEC_KEY: {
                 "transform_keys": list(self.transform_keys),
                 "primary_key": list(self.primary_key),
-                "schema": self.schema_json,
+                # A nested object, not JSON text, so the UI shows it unescaped.
+                "schema": json.loads(self.schema_json),
                 "join_keys": {name: dict(keys) for name, keys in self.join_keys.items()},
                 "inputs": {name: key.path for name, key in self.inputs.items()},
                 "batch_size": self.batch_size,
@@ -90,7 +92,7 @@ class IncrementalSpec:
         return cls(
             transform_keys=tuple(raw["transform_keys"]),
             primary_key=tuple(raw["primary_key"]),
-            schema_json=raw["schema"],
+            schema_json=schema_json(raw["schema"]),
             join_keys=raw.get("join_keys") or {},
             inputs={name: dg.AssetKey(path) for name, path in (raw.get("inputs") or {}).items()},
             batch_size=raw.get("batch_size"),
@@ -209,10 +211,12 @@ def resolve_incremental(
 
 
 def schema_json(schema: Any) -> str:
-    """A Spark schema as JSON text (accepts a StructType or JSON already)."""
+    """A Spark schema as JSON text (accepts a StructType, its JSON text or its JSON object)."""
     if isinstance(schema, str):
         json.loads(schema)  # refuse anything that is not JSON now, not at run time
         return schema
+    if isinstance(schema, Mapping):
+        return json.dumps(schema)
     return schema.json()
 
 
@@ -231,12 +235,23 @@ def column_schema(schema_json_text: str) -> dg.TableSchema:
     )
 
 
+def run_label(result: RunResult, reset_reason: str | None) -> str:
+    """What kind of run it was, in the words of the UI: `incremental` (only what changed
+    since the offsets), `reprocess` (every key, after an offset reset) or `changelist`."""
+    if result.mode == "changelist":
+        return "changelist"
+    return "reprocess" if reset_reason is not None else "incremental"
+
+
 def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
-                 reset_reason: str | None = None) -> dict[str, dg.MetadataValue]:
-    """Materialization metadata of one engine run: the same entries on every run (zeros
-    and nulls included), so the UI can plot them across materializations."""
+                 reset_reason: str | None = None, row_count: int | None = None,
+                 offset_lag_s: Mapping[str, float | None] | None = None,
+                 ) -> dict[str, dg.MetadataValue]:
+    """Materialization metadata of one engine run: the same numeric entries on every run
+    (zeros and nulls included), so the UI plots them across materializations; times are
+    timestamps, shown as dates."""
     metadata: dict[str, dg.MetadataValue] = {
-        "mode": dg.MetadataValue.text(result.mode),
+        "mode": dg.MetadataValue.text(run_label(result, reset_reason)),
         "change_detection": dg.MetadataValue.text(result.change_detection),
         "commit_mode": dg.MetadataValue.text(result.commit_mode),
         "changed_keys": dg.MetadataValue.int(result.changed_keys),
@@ -248,6 +263,8 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
         "process_ts": dg.MetadataValue.timestamp(result.process_ts),
         "engine_run_id": dg.MetadataValue.text(result.run_id),
     }
+    if row_count is not None:
+        metadata["dagster/row_count"] = dg.MetadataValue.int(row_count)
     for name in sorted({*result.snapshot_deltas, *result.rows_read}):
         metadata[f"rows_read.{name}"] = dg.MetadataValue.int(result.rows_read.get(name, 0))
     for name in sorted({*output_tables, *result.rows_written, *result.rows_deleted}):
@@ -256,19 +273,63 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
     for name in sorted({*result.snapshot_deltas, *result.offsets_before, *result.offsets_after}):
         metadata[f"offset_before.{name}"] = _timestamp(result.offsets_before.get(name))
         metadata[f"offset_after.{name}"] = _timestamp(result.offsets_after.get(name))
+    for name, lag in sorted((offset_lag_s or {}).items()):
+        metadata[f"offset_lag_s.{name}"] = (dg.MetadataValue.null() if lag is None
+                                            else dg.MetadataValue.float(round(lag, 3)))
     for name, delta in sorted(result.snapshot_deltas.items()):
         metadata[f"input_delta.{name}"] = dg.MetadataValue.int(delta)
-    for name, deltas in sorted(result.deltas.items()):
-        metadata[f"delta.{name}"] = dg.MetadataValue.text(", ".join(str(d) for d in deltas))
-    metadata["offsets_reset"] = dg.MetadataValue.json(dict(sorted(result.offsets_reset.items())))
+    for name in sorted({*output_tables, *result.deltas}):
+        deltas = result.deltas.get(name, [])
+        metadata[f"delta.{name}"] = (dg.MetadataValue.int(max(deltas)) if deltas
+                                     else dg.MetadataValue.null())
+        metadata[f"deltas_committed.{name}"] = dg.MetadataValue.int(len(deltas))
+    metadata["offsets_reset"] = dg.MetadataValue.json(
+        {name: iso_utc(ts) for name, ts in sorted(result.offsets_reset.items())})
     if reset_reason is not None:
         metadata["reset_reason"] = dg.MetadataValue.text(reset_reason)
     if result.errors:
         metadata["errors"] = dg.MetadataValue.md(
             "\n".join(f"- `{error.splitlines()[0][:300]}`" for error in result.errors)
         )
-    metadata["summary"] = dg.MetadataValue.text(result.summary())
+    metadata["summary"] = dg.MetadataValue.md(run_summary(result, reset_reason))
     return metadata
+
+
+def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
+    """The run in a few Markdown lines a person reads: what was processed and why, and
+    how each input's offset moved (as UTC dates)."""
+    label = run_label(result, reset_reason)
+    lines = [
+        f"**{label}** run of `{result.transformation_id}` ({result.change_detection}, "
+        f"commit {result.commit_mode}): processed {result.processed_keys} of "
+        f"{result.changed_keys} changed key(s) in {result.batches} batch(es), "
+        f"{result.failed_keys} failed, in {result.duration_s:.1f} s.",
+    ]
+    if reset_reason is not None:
+        reset = ", ".join(f"{name} (was {iso_utc(ts)})" for name, ts in sorted(result.offsets_reset.items()))
+        lines.append(f"Offsets reset by {reset_reason}: {reset or 'none were set'}.")
+    lines.append("")
+    lines.append("| input | rows read | offset before | offset after |")
+    lines.append("|---|---|---|---|")
+    for name in sorted({*result.snapshot_deltas, *result.rows_read}):
+        lines.append(f"| {name} | {result.rows_read.get(name, 0)} | "
+                     f"{_date(result.offsets_before.get(name))} | {_date(result.offsets_after.get(name))} |")
+    written = ", ".join(f"{name} {result.rows_written.get(name, 0)} written, "
+                        f"{result.rows_deleted.get(name, 0)} deleted"
+                        for name in sorted({*result.rows_written, *result.rows_deleted}))
+    if written:
+        lines += ["", f"Output: {written}."]
+    return "\n".join(lines)
+
+
+def iso_utc(epoch_seconds: float) -> str:
+    """An epoch time as an ISO 8601 UTC date with microseconds (offsets are that precise)."""
+    moment = datetime.fromtimestamp(epoch_seconds, tz=UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _date(value: float | None) -> str:
+    return "none" if value is None else iso_utc(value)
 
 
 def check_failed_keys(result: RunResult, policy: FailedKeysPolicy,

@@ -53,8 +53,12 @@ def build_offset_sensor(
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
 ) -> dg.SensorDefinition:
     """A sensor requesting a run of the incremental asset `assets_def` whenever one of
-    its inputs has commits beyond its offsets. Needs the `OffsetStore` resource under
-    the key `offset_store`."""
+    its inputs has commits beyond its offsets, as the job `<asset>_job` (so the run names
+    its target). Needs the `OffsetStore` resource under the key `offset_store`.
+
+    For inputs written inside Dagster, declarative automation
+    (`automation.on_input_commits()`) does the same without a sensor per asset; this
+    sensor also sees commits made outside Dagster."""
     asset = resolve_incremental(assets_def)
     if asset is None:
         raise dg.DagsterInvalidDefinitionError(
@@ -63,7 +67,7 @@ def build_offset_sensor(
 
     @dg.sensor(
         name=name or f"{asset.transformation_id}_inputs_changed",
-        target=[asset.asset_key],
+        job=dg.define_asset_job(f"{asset.transformation_id}_job", selection=[asset.asset_key]),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description=(
@@ -91,6 +95,6 @@ def evaluate_offset_sensor(plane: ControlPlane, asset: IncrementalAsset,
         f"{name}@{ts!r}" for name, ts in sorted(newest.items())
     )
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=run_key, asset_selection=[asset.asset_key])],
+        run_requests=[dg.RunRequest(run_key=run_key)],
         cursor=json.dumps({**seen, **newest}, sort_keys=True),
     )
