@@ -95,9 +95,10 @@ class Measured:
     seconds: float
     spark_jobs: int
     value: Any = None
+    jobs: tuple[str, ...] = ()  # one line per Spark job: where a run's fixed cost goes
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {"s": round(self.seconds, 3), "spark_jobs": self.spark_jobs}
+    def as_dict(self) -> dict[str, Any]:
+        return {"s": round(self.seconds, 3), "spark_jobs": self.spark_jobs, "jobs": list(self.jobs)}
 
 
 def measured(spark: SparkSession, action: Callable[[], Any]) -> Measured:
@@ -106,7 +107,7 @@ def measured(spark: SparkSession, action: Callable[[], Any]) -> Measured:
         start = time.perf_counter()
         value = action()
         seconds = time.perf_counter() - start
-    return Measured(seconds, jobs.count, value)
+    return Measured(seconds, jobs.count, value, tuple(str(job) for job in jobs.jobs))
 
 
 def copy(src: DataFrame) -> DataFrame:
@@ -350,7 +351,8 @@ def main() -> None:
     for n in settings.ns:
         print(f"N = {n} ...", flush=True)
         by_n.append(measure_n(spark, n, settings.m))
-        print(json.dumps({k: v for k, v in by_n[-1].items() if k != "maintenance_s"}), flush=True)
+        print(json.dumps({k: {f: x for f, x in v.items() if f != "jobs"} if isinstance(v, dict) else v
+                          for k, v in by_n[-1].items() if k != "maintenance_s"}), flush=True)
     print(f"long series at N = {settings.series_n} ...", flush=True)
     report = {
         "benchmark": "copy_workload",
