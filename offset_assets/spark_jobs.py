@@ -70,9 +70,15 @@ class SparkJobCounter:
 def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
     """Count the Spark jobs started in the block by the current thread (see module doc).
 
-    The counter is filled on exit, also when the block raises.
+    The counter is filled on exit, also when the block raises. Needs a classic session:
+    a Spark Connect client has no SparkContext to tag jobs or read the status store.
     """
-    sc = spark.sparkContext
+    try:
+        sc = spark.sparkContext
+    except Exception as exc:  # Spark Connect raises its own not-implemented error here
+        raise SparkJobCountError(
+            f"counting Spark jobs needs a classic Spark session with a SparkContext, not {type(spark).__module__}"
+        ) from exc
     counter = SparkJobCounter(f"{TAG_PREFIX}{uuid.uuid4().hex}")
     sc.addJobTag(counter.tag)
     try:
