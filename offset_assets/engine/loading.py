@@ -83,7 +83,9 @@ def read_actual_matching(
     wanted = wanted.where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns.values())).distinct()
     if len(columns) == 1:
         (column,) = columns.values()
-        rows = wanted.limit(pushdown_limit + 1).collect()
+        # One partition before the limit: a `limit().collect()` over several partitions is
+        # a `take`, which starts one Spark job per round of partitions it scans.
+        rows = wanted.coalesce(1).limit(pushdown_limit + 1).collect()
         if len(rows) <= pushdown_limit:
             found = [row[0] for row in rows]
             if not found:

@@ -52,7 +52,6 @@ from offset_assets.engine.keys import (
 from offset_assets.engine.loading import (
     KeyValues,
     latest_of_keys,
-    read_actual_matching,
     read_actual_of_keys,
 )
 from offset_assets.engine.meta import ERROR_TEXT_LIMIT, meta_rows, meta_table
@@ -218,9 +217,10 @@ class TransformationRun:
             return local_from_keys(columns, [], self.t.batch_size)
         rows = index.rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            collected = rows.limit(limit + 1).collect()
-            if len(collected) <= limit:
-                return local_from_rows(columns, collected, self.t.batch_size)
+            # count, then collect from the cache: two jobs. (A `limit().collect()` is a
+            # `take`, which scans partitions in growing rounds: one job per round.)
+            if rows.count() <= limit:
+                return local_from_rows(columns, rows.collect(), self.t.batch_size)
             self._deltas_read = {}
             return distributed_from_rows(columns, rows, self.t.batch_size,
                                          with_min_ts=self.t.commit_mode == "batch")
@@ -306,20 +306,29 @@ class TransformationRun:
         """Actual rows (as of the run snapshot) of every input for the keys of `batch`.
 
         Primary inputs are read for the batch's keys; reference inputs only for the join
-        values those rows hold (filtered join), never whole."""
+        values those rows hold (filtered join), never whole. One aggregate per primary
+        input counts its rows and collects those join values in the same Spark job."""
         keys = self._batch(batch)
         frames: dict[str, DataFrame] = {}
+        join_values: dict[str, set[tuple]] = {}
         for inp in self.t.primary_inputs:
-            frames[inp.name] = self._persist(self._primary_frame(inp, keys))
-        for inp in self.t.reference_inputs:
-            sources = [frames[p.name] for p in self.t.inputs_with_column(next(iter(inp.join_keys)))
-                       if set(inp.join_keys) <= set(p.table.data_columns)]
-            values = _union([s.select(*inp.join_keys) for s in sources])
-            frame = read_actual_matching(inp.table, values, dict(inp.join_keys),
-                                         self.snapshot.deltas.get(inp.name, 0), self.engine.pushdown_limit)
-            frames[inp.name] = self._persist(frame.select(*inp.table.data_columns))
-        for name, frame in frames.items():
-            self.result.add_rows_read(name, frame.count())
+            frame = self._persist(self._primary_frame(inp, keys))
+            frames[inp.name] = frame
+            columns = sorted({c for ref in self.t.reference_inputs for c in ref.join_keys
+                              if c in inp.table.data_columns})
+            groups = frame.groupBy(*columns).count().collect()
+            self.result.add_rows_read(inp.name, sum(row["count"] for row in groups))
+            for ref in self.t.reference_inputs:
+                if set(ref.join_keys) <= set(columns):
+                    wanted = join_values.setdefault(ref.name, set())
+                    wanted.update(tuple(row[c] for c in ref.join_keys) for row in groups)
+        for ref in self.t.reference_inputs:
+            values = tuple(v for v in join_values.get(ref.name, ()) if None not in v)
+            wanted = KeyValues(tuple(ref.join_keys.values()), values)
+            frame = read_actual_of_keys(ref.table, wanted, self.snapshot.deltas.get(ref.name, 0),
+                                        self.engine.pushdown_limit)
+            frames[ref.name] = self._persist(frame.select(*ref.table.data_columns))
+            self.result.add_rows_read(ref.name, frames[ref.name].count())
         return frames
 
     def _persist(self, df: DataFrame) -> DataFrame:
@@ -392,7 +401,6 @@ class TransformationRun:
             raise TransformationOutputError(
                 f"transformation {tid!r} must return DataFrames for outputs {sorted(by_name)}, got {got}"
             )
-        keys = self.batch_keys(batch)
         evaluated = {}
         for name, df in produced.items():
             table = by_name[name]
@@ -402,14 +410,24 @@ class TransformationRun:
                     f"transformation {tid!r}: output {name!r} lacks column(s) {missing}"
                 )
             df = self._persist(df.select(*table.data_columns))
-            stray = df.join(F.broadcast(keys), on=self.transform_keys, how="left_anti").limit(1).collect()
-            if stray:
+            stray = self._stray_rows(df, batch)
+            if stray.count():
+                example = stray.select(*self.transform_keys).first().asDict()
                 raise TransformationOutputError(
                     f"transformation {tid!r}: output {name!r} has a row for transform key "
-                    f"{stray[0].asDict()} that this batch did not process"
+                    f"{example} that this batch did not process"
                 )
             evaluated[name] = df
         return evaluated
+
+    def _stray_rows(self, output: DataFrame, batch: int) -> DataFrame:
+        """Output rows whose transform key is not one of the batch's keys."""
+        keys = self._batch(batch)
+        if isinstance(keys, KeyValues) and len(keys.columns) == 1 and len(keys.rows) <= self.engine.pushdown_limit:
+            # A filter, not an anti-join: broadcasting even a tiny key relation is a job.
+            column = F.col(f"`{keys.columns[0]}`")
+            return output.where(column.isNull() | ~column.isin([row[0] for row in keys.rows]))
+        return output.join(self.batch_keys(batch), on=self.transform_keys, how="left_anti")
 
     def _write_outputs(self, batch: int, outputs: Mapping[str, DataFrame]) -> dict[str, HotDelta]:
         """Write each output's replacement of the batch's keys into its hot delta."""

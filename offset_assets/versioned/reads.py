@@ -2,8 +2,8 @@
 
 Every read returns the data columns plus `sys_from`, `sys_to`, `sys_op`, `update_ts`.
 Files store `sys_from` and `sys_op`; the rest is derived here:
-- `update_ts` is the commit_ts of delta `sys_from`, joined from a small broadcast table
-  built from the catalog (one join for any number of deltas, no per-delta union);
+- `update_ts` is the commit_ts of delta `sys_from`, looked up in an array literal built
+  from the catalog (an expression: no join, no Spark job of its own);
 - `sys_to` is the next version's `sys_from - 1`, among the versions the read covers:
   a read presents history as it stood at its upper delta, so a result never changes
   when later deltas are committed (the engine's run snapshots rely on that).
@@ -24,7 +24,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructType
+from pyspark.sql.types import DoubleType, LongType, StructType
 
 from offset_assets.control_plane.delta_catalog import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import VersionedTableError
@@ -60,17 +60,23 @@ class TableReader:
         # off partition discovery, so folder names never become columns.
         return self.spark.read.schema(self.file_schema).option("recursiveFileLookup", "true").parquet(*paths)
 
-    def commit_times(self, deltas: Sequence[DeltaInfo]) -> DataFrame:
-        """(sys_from, update_ts) of `deltas`: a local relation, broadcast in joins."""
+    @staticmethod
+    def update_ts_of(deltas: Sequence[DeltaInfo]) -> Column:
+        """update_ts of each version: the commit_ts of its delta, looked up in an array
+        literal indexed by delta number. An expression, not a join: a broadcast of even a
+        tiny relation is a Spark job of its own, and every read needs this column."""
         if not deltas:
-            return self.spark.createDataFrame([], f"{SYS_FROM} long, {UPDATE_TS} double")
-        # repr() of a float round-trips exactly; the D suffix parses it as a double.
-        values = ", ".join(f"({d.delta_num}L, {d.commit_ts!r}D)" for d in deltas)
-        return self.spark.sql(f"SELECT * FROM VALUES {values} AS t({SYS_FROM}, {UPDATE_TS})")
+            return F.lit(None).cast(DoubleType())
+        base = min(d.delta_num for d in deltas)
+        by_num = {d.delta_num: d.commit_ts for d in deltas}
+        times = [by_num.get(num) for num in range(base, max(by_num) + 1)]
+        lookup = F.array(*[F.lit(ts).cast(DoubleType()) for ts in times])
+        position = (F.col(SYS_FROM) - F.lit(base) + F.lit(1)).cast("int")
+        return F.when(position.between(1, len(times)), F.element_at(lookup, position))
 
     def finish(self, versions: DataFrame, deltas: Sequence[DeltaInfo], sys_to: Column) -> DataFrame:
-        """Add update_ts (broadcast join) and sys_to; columns in the documented order."""
-        joined = versions.join(F.broadcast(self.commit_times(deltas)), on=SYS_FROM, how="left")
+        """Add update_ts and sys_to; columns in the documented order."""
+        joined = versions.withColumn(UPDATE_TS, self.update_ts_of(deltas))
         return joined.select(
             *[F.col(f"`{c}`") for c in self.schema.fieldNames()],
             F.col(SYS_FROM),

@@ -1,0 +1,78 @@
+"""The Spark-job budget of a run: what an incremental run costs follows its changes.
+
+Counted with job tags and Spark's status store (`count_spark_jobs`): a count is
+deterministic where a time is not. Budgets (issue: incremental runs cost what their
+changes cost): nothing to do, no job; one input, end commit, one batch, no failed key:
+at most 8; with a reference input (reverse and filtered join): at most 12.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from offset_assets.control_plane import connect
+from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.spark_jobs import count_spark_jobs
+from offset_assets.versioned.table import VersionedTable
+from tests.engine_story import make_world, rows_of
+
+SRC = StructType([StructField("id", StringType(), False), StructField("v", LongType(), True)])
+
+
+def copy_world(spark, db_url, warehouse):
+    plane = connect(db_url)
+    src = VersionedTable(spark, plane, "src", ["id"], SRC, warehouse=warehouse)
+    dst = VersionedTable(spark, plane, "dst", ["id"], SRC, warehouse=warehouse)
+    copy = Transformation("copy", [TransformInput(src)], ["id"], [dst], func=lambda src: src)
+    return plane, src, dst, copy
+
+
+def test_a_run_with_nothing_to_do_starts_no_spark_job(spark, sqlite_url, warehouse):
+    plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
+    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    engine = IncrementalEngine(spark, plane)
+    engine.run_full(copy)
+
+    with count_spark_jobs(spark) as jobs:
+        result = engine.run_full(copy)
+
+    assert jobs.count == 0, jobs.describe()
+    assert result.changed_keys == 0
+    assert engine.changed_keys(copy).count() == 0
+    assert engine.changed_keys(copy, change_detection="v1").count() == 0
+
+
+def test_an_incremental_copy_run_costs_at_most_8_spark_jobs(spark, sqlite_url, warehouse):
+    plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
+    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(200)], SRC))
+    engine = IncrementalEngine(spark, plane)
+    engine.run_full(copy)
+    src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(190, 210)], SRC))
+
+    with count_spark_jobs(spark) as jobs:
+        result = engine.run_full(copy)
+
+    assert jobs.count <= 8, jobs.describe()
+    assert result.changed_keys == 20 and result.processed_keys == 20
+    assert result.rows_read == {"src": 20}
+    assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
+
+
+def test_an_incremental_run_with_a_reference_input_costs_at_most_12_spark_jobs(spark, sqlite_url, warehouse):
+    world = make_world(spark, connect(sqlite_url), warehouse)
+    world.write_profiles([(1, "ann"), (2, "bob"), (3, "cyd")])
+    world.write_posts([(p, p % 3 + 1, f"t{p}") for p in range(1, 40)])
+    engine = IncrementalEngine(spark, world.posts.plane)
+    t = world.enriched_transformation()
+    engine.run_full(t)
+    world.write_posts([(5, 2, "edited")])
+    world.write_profiles([(3, "cyd-renamed")])
+
+    with count_spark_jobs(spark) as jobs:
+        result = engine.run_full(t)
+
+    assert jobs.count <= 12, jobs.describe()
+    # post 5 changed; posts of user 3 (p % 3 == 2) re-triggered through the reverse join.
+    assert result.changed_keys == 1 + len([p for p in range(1, 40) if p % 3 == 2 and p != 5])
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
