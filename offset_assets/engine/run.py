@@ -354,14 +354,10 @@ class TransformationRun:
     def apply_outputs(self, batch: int, produced: DataFrame | Mapping[str, DataFrame]) -> bool:
         """Write the batch's outputs (end mode: into the run's hot deltas; batch mode: and
         commit them). An output the function got wrong fails the batch, not the run."""
-        hots: dict[str, HotDelta] = {}
         try:
             outputs = self._evaluate_outputs(batch, produced)
             hots = self._write_outputs(batch, outputs)
         except Exception as exc:  # noqa: BLE001 - errors of the user's function surface here
-            if self.t.commit_mode == "batch":
-                for hot in hots.values():
-                    _rollback_quietly(hot)
             self.record_failure(batch, exc)
             return False
         self.result.processed_keys += self.batch_sizes[batch]
@@ -433,16 +429,30 @@ class TransformationRun:
         """Write each output's replacement of the batch's keys into its hot delta."""
         by_name = {out.name: out for out in self.t.outputs}
         hots: dict[str, HotDelta] = {}
-        for name, df in outputs.items():
-            table = by_name[name]
-            if self.t.commit_mode == "batch" or name not in self._output_hots:
-                hot = table.open_delta(holder=self.holder, run_id=self.run_id)
+        savepoints = {}
+        stats = {}
+        try:
+            for name, df in outputs.items():
+                table = by_name[name]
+                if self.t.commit_mode == "batch" or name not in self._output_hots:
+                    hot = table.open_delta(holder=self.holder, run_id=self.run_id)
+                    if self.t.commit_mode == "end":
+                        self._output_hots[name] = hot
+                else:
+                    hot = self._output_hots[name]
+                hots[name] = hot
+                savepoints[name] = hot.savepoint()
+                stats[name] = self._write_replacement(hot, table, df, self._batch(batch))
+        except BaseException:
+            # The other outputs of a failed batch must not keep its rows: end mode undoes
+            # this batch's writes in the run's hot deltas, batch mode drops its own.
+            for name, hot in hots.items():
                 if self.t.commit_mode == "end":
-                    self._output_hots[name] = hot
-            else:
-                hot = self._output_hots[name]
-            hots[name] = hot
-            written = self._write_replacement(hot, table, df, self._batch(batch))
+                    hot.restore(savepoints[name])
+                else:
+                    _rollback_quietly(hot)
+            raise
+        for name, written in stats.items():
             self.result.add_written(name, written.rows_upserted, written.rows_deleted)
         return hots
 

@@ -296,6 +296,22 @@ class HotDelta:
         self.rows_upserted += rows
         return WriteStats(rows, 0, 0)
 
+    def savepoint(self) -> tuple[int, int, int, int, int]:
+        """A point to return to with `restore`: the writes made so far."""
+        return (len(self._version_paths), len(self._unchanged_paths),
+                self.rows_upserted, self.rows_deleted, self.rows_unchanged)
+
+    def restore(self, point: tuple[int, int, int, int, int]) -> None:
+        """Undo the writes made since `point` (their folders are deleted): a caller whose
+        related write into another table failed keeps this delta usable without them."""
+        self._check_open("restore")
+        versions, unchanged, upserted, deleted, same = point
+        for path in self._version_paths[versions:] + self._unchanged_paths[unchanged:]:
+            self.table.files.delete(path)
+        del self._version_paths[versions:]
+        del self._unchanged_paths[unchanged:]
+        self.rows_upserted, self.rows_deleted, self.rows_unchanged = upserted, deleted, same
+
     def delete(self, keys_df: DataFrame) -> WriteStats:
         """Delete the keys in `keys_df` (primary-key columns only): tombstones at commit."""
         self._check_open("delete from")
