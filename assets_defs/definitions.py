@@ -16,6 +16,7 @@ from assets_defs.assets.ingestion import Ingestion, build_ingestion
 from assets_defs.assets.transformations import TRANSFORMATIONS
 from assets_defs.checks import OFFSET_CHECKS
 from assets_defs.jobs import JOBS
+from assets_defs.maintenance import table_maintenance, table_maintenance_hourly
 from assets_defs.resources import resources_for, source_url
 from assets_defs.schedules import build_schedules
 from assets_defs.sensors import build_sensors
@@ -29,8 +30,8 @@ def build_definitions(ingestion: Ingestion | None = None, deployment: str | None
         assets=[*ingestion.assets, *TRANSFORMATIONS],
         asset_checks=OFFSET_CHECKS,
         sensors=build_sensors(ingestion),
-        schedules=build_schedules(ingestion),
-        jobs=JOBS,
+        schedules=[*build_schedules(ingestion), table_maintenance_hourly],
+        jobs=[*JOBS, table_maintenance],
         resources=resources_for(deployment),
         executor=dg.multiprocess_executor if spark_runs_outside_process() else dg.in_process_executor,
     )

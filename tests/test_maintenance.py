@@ -296,3 +296,44 @@ def test_a_compaction_committed_while_a_run_is_in_flight_changes_nothing_of_its_
     assert compacted[0].changed_keys == 5  # 11, 13 (deleted), 15, 16, and 12 through bob's rename
     assert compacted[3] == 2  # posts 10 and 17
     database.forget(twin_url)
+
+
+# -- the reference project's maintenance job ------------------------------------------------
+
+
+def test_the_maintenance_job_compacts_the_project_tables_by_its_policy_and_cleans_them_up(spark, sqlite_url,
+                                                                                           warehouse):
+    from assets_defs.assets.ingestion import POSTS_SCHEMA
+    from assets_defs.maintenance import project_tables, table_maintenance
+    from offset_assets.dagster_adapter import (
+        ENGINE_RESOURCE_KEY,
+        IncrementalEngineResource,
+        OffsetStore,
+        SparkSessionResource,
+    )
+
+    posts = VersionedTable(spark, connect(sqlite_url), "posts", ["post_id"], POSTS_SCHEMA, warehouse=warehouse)
+    for n in (1, 2):
+        posts.write_delta(spark.createDataFrame([(n, 1, f"post {n}", 0.0)], POSTS_SCHEMA))
+    stray = f"{posts.root}/snapshots/000000000001-0badf11e0000"
+    spark.range(1).write.parquet(stray)
+    engine = IncrementalEngineResource(offset_store=OffsetStore(db_url=sqlite_url), spark=SparkSessionResource(),
+                                       warehouse=warehouse)
+
+    result = table_maintenance.execute_in_process(
+        resources={ENGINE_RESOURCE_KEY: engine},
+        run_config={"ops": {"maintain_tables": {"config": {"max_deltas_since_snapshot": 2,
+                                                             "retention_hours": 0}}}},
+    )
+
+    assert result.success
+    assert project_tables() == ["posts", "profiles", "enriched_posts", "_meta__enriched_posts",
+                                "user_post_stats", "_meta__user_post_stats"]
+    assert [s.delta_num for s in posts.catalog.snapshots("posts")] == [2]
+    assert not posts.files.exists(stray)
+    (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    metadata = {name: value.value for name, value in output.event_specific_data.metadata.items()}
+    assert metadata["posts"] == (
+        "compacted at delta 2 (2 deltas and no snapshot (max 2)); 0 snapshot(s) expired, 1 folder(s) removed"
+    )
+    assert metadata["profiles"] == "not materialized yet"
