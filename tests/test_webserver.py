@@ -176,7 +176,7 @@ def test_webserver_shows_the_demo_with_lineage_typed_metadata_row_counts_and_job
         "posts_ranges_sensor": "STOPPED", "enriched_posts_inputs_changed": "STOPPED",
         "user_post_stats_inputs_changed": "STOPPED", "transformations_automation": "RUNNING"}
     assert {s["name"] for s in repository["schedules"]} == {
-        "post_updates_schedule", "profiles_schedule", "offset_checks"}
+        "post_updates_schedule", "profiles_schedule", "offset_checks", "table_maintenance_hourly"}
     assert {"transformations", "reprocess_transformations", "posts_ingestion", "post_updates_ingestion",
             "profiles_ingestion"} <= {j["name"] for j in repository["jobs"]}
 
