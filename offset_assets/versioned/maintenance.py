@@ -12,10 +12,10 @@ of them; with it, a read merges one snapshot and the few deltas after it.
   (rolled-back deltas, failed compactions, writes of crashed processes), once older than
   the retention.
 
-Why a retention at all: a run plans its reads when it starts and may read a snapshot
-that a newer one supersedes meanwhile; a compaction writes its folder before recording
-it. Both must outlive neither the run nor the compaction, so the retention must exceed
-the longest run and the longest compaction. Deltas are never removed: they are the
+Why a retention at all: a run plans its reads when it starts and may still read a
+snapshot that a newer one superseded meanwhile; a compaction writes its folder before
+recording it, so the folder looks unreferenced until then. Those files must stay until
+the run or the compaction is over: the retention must exceed the longest of both. Deltas are never removed: they are the
 history (as-of, started-in, changes-since reads), and snapshots are only a faster way
 to the same rows.
 """
