@@ -317,7 +317,7 @@ def expected_second_run(engine: sa.Engine, traffic: source_system.Traffic) -> Ex
 
 def post_history(defs: dg.Definitions, post_id: int) -> list[tuple[int, float, str | None]]:
     """(delta, commit_ts, text as of that delta or None when absent) for every delta of posts."""
-    table = defs.resources["io_manager"].table(dg.AssetKey("posts"))
+    table = defs.resources["incremental_engine"].table(dg.AssetKey("posts"))
     rows = []
     for delta in table.catalog.committed(table.name):
         found = table.read_actual(as_of_delta=delta.delta_num, where_in={"post_id": [post_id]}).collect()
