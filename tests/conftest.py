@@ -13,8 +13,9 @@ import sqlalchemy as sa
 from offset_assets.control_plane import database
 from tests.postgres_server import PostgresServer
 
-# The ingestion tests' `source_url` fixture (a SQLite `customers` table).
-pytest_plugins = ["tests.customers_source"]
+# The ingestion tests' `source_url` fixture (a SQLite `customers` table); the Spark cluster and
+# Connect server fixtures (started only by the tests that ask for them).
+pytest_plugins = ["tests.customers_source", "tests.spark_cluster"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -1,0 +1,160 @@
+"""The production topology on this machine: a Spark standalone cluster (master and two
+workers started from the pyspark wheel), a PostgreSQL control plane, executors in JVMs
+and Python workers of their own.
+
+The cluster runs are driver processes of their own (`tests.reference_story`,
+`tests.remote_story`): PySpark allows one driver per process, and this one already
+drives the local session. The reference project's local run, in this process, is what
+the cluster's outputs must equal row for row; the engine story checks its outputs
+against a from-scratch computation over the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets_defs.demo.story import NON_EMBEDDED
+from assets_defs.resources import ENV_DEPLOYMENT
+from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_SPARK_REMOTE, ENV_WAREHOUSE
+from offset_assets.control_plane import database
+from offset_assets.spark import SparkUnavailableError, check_endpoint, endpoints
+from tests.reference_story import run_reference
+from tests.spark_cluster import CLUSTER_APP_CONF, DRIVER_ENV, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+INGEST_START = "2024-01-01"
+
+
+def reference_environment(tmp_path: Path, db_url: str) -> dict[str, str]:
+    """Every location of the reference project under `tmp_path`, control plane at `db_url`."""
+    (tmp_path / "warehouse").mkdir(parents=True)
+    (tmp_path / "dagster_home").mkdir()
+    (tmp_path / "dagster_home" / "dagster.yaml").write_text("")  # default storage, in that folder
+    return {
+        ENV_DB_URL: db_url,
+        ENV_WAREHOUSE: str(tmp_path / "warehouse"),
+        "OFFSET_ASSETS_SOURCE_URL": f"sqlite:///{tmp_path / 'source.db'}",
+        "OFFSET_ASSETS_INGEST_START": INGEST_START,
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+    }
+
+
+def spark_conf_dir(tmp_path: Path) -> str:
+    """A SPARK_CONF_DIR whose spark-defaults.conf holds the cluster settings: how the
+    drivers Dagster's step processes start get them, as on a real deployment."""
+    conf = tmp_path / "spark_conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in CLUSTER_APP_CONF.items()))
+    return str(conf)
+
+
+def run_driver(args: list[str], env: dict[str, str], timeout: float = 900) -> dict:
+    child = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **DRIVER_ENV, **env})
+    assert child.returncode == 0, child.stderr[-4000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_reference_pipeline_on_the_cluster_with_postgres_and_the_multiprocess_executor_equals_the_local_run(
+        spark_cluster, postgres_url, spark, tmp_path, monkeypatch):
+    cluster_env = {
+        **reference_environment(tmp_path / "cluster", postgres_url),
+        ENV_DEPLOYMENT: "production",
+        ENV_SPARK_MASTER: spark_cluster.master_url,
+        "SPARK_CONF_DIR": spark_conf_dir(tmp_path),
+    }
+    on_cluster = run_driver(["tests.reference_story"], cluster_env)
+
+    for name in (*NON_EMBEDDED, ENV_SPARK_MASTER, ENV_SPARK_REMOTE):
+        monkeypatch.delenv(name, raising=False)
+    local_env = reference_environment(tmp_path / "local", f"sqlite:///{tmp_path / 'local.db'}")
+    for name, value in local_env.items():
+        monkeypatch.setenv(name, value)
+    with dg.instance_for_test() as instance:
+        local = run_reference(instance)
+    database.forget(local_env[ENV_DB_URL])
+
+    print(f"reference story: local[2] {local['seconds']} s, cluster {on_cluster['seconds']} s")
+    assert (on_cluster.pop("executor"), local.pop("executor")) == ("multiprocess", "in_process")
+    on_cluster.pop("seconds"), local.pop("seconds")
+    assert on_cluster == local
+    # Every post and author first; then the traffic's 5 changed posts plus the renamed
+    # profile's posts (reverse join), and their authors.
+    assert on_cluster["processed"]["first"] == {"enriched_posts": 30, "user_post_stats": 6}
+    assert 0 < on_cluster["processed"]["second"]["enriched_posts"] < 30
+    assert len(on_cluster["outputs"]["enriched_posts"]) == 30 + 3 - 1
+
+
+def kill_an_executor_when(marker: Path, cluster, deadline_s: float = 600) -> int:
+    """Wait for `marker` (the run is under way), then SIGKILL one executor JVM."""
+    deadline = time.monotonic() + deadline_s
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the slow run never started"
+        time.sleep(0.5)
+    time.sleep(3)  # the slow tasks are running on the executor now
+    [pid, *_] = cluster.executor_pids()
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_engine_story_on_the_cluster_with_an_executor_killed_mid_run_commits_once_exactly(
+        spark_cluster, postgres_url, tmp_path):
+    marker = tmp_path / "first-run-started"
+    (tmp_path / "cluster").mkdir()
+    log = tmp_path / "driver.log"  # a file, not a pipe: Spark's log must never block the driver
+    with open(log, "w") as stderr:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.remote_story", "story", "--master", spark_cluster.master_url,
+             postgres_url, str(tmp_path / "cluster"), str(marker)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **DRIVER_ENV})
+        try:
+            killed = kill_an_executor_when(marker, spark_cluster)
+            out, _ = driver.communicate(timeout=900)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    assert driver.returncode == 0, log.read_text()[-4000:]
+    on_cluster = json.loads(out.strip().splitlines()[-1])
+    assert killed not in spark_cluster.executor_pids()
+
+    refused = on_cluster["relative_warehouse"]
+    assert "'relative/warehouse' is a relative path" in refused["error"]
+    assert refused["tables"] == [] and refused["written"] is False  # refused before any write
+    # Spark re-ran the lost tasks on a new executor: the run committed once, exactly.
+    assert on_cluster["processed"] == {"first": [6, 3], "second": [5, 2], "third": 0}
+    assert on_cluster["enriched"] == on_cluster["expected_enriched"]
+    assert on_cluster["stats"] == on_cluster["expected_stats"]
+    assert on_cluster["hot"] == [False, False]
+
+
+def test_master_and_connect_urls_name_the_endpoints_to_check():
+    assert endpoints("spark://10.0.0.1:7077,10.0.0.2:7078") == [("10.0.0.1", 7077), ("10.0.0.2", 7078)]
+    assert endpoints("spark://master") == [("master", 7077)]
+    assert endpoints("sc://gateway;token=abc") == [("gateway", 15002)]
+    assert endpoints("sc://127.0.0.1:15003/") == [("127.0.0.1", 15003)]
+    assert endpoints("local[2]") == endpoints("yarn") == []
+
+
+def test_a_master_that_does_not_answer_is_one_clear_error_before_spark_starts():
+    url = f"spark://127.0.0.1:{free_port()}"
+    with pytest.raises(SparkUnavailableError, match=rf"Spark endpoint {url} does not answer \(127.0.0.1:\d+: "):
+        check_endpoint(url)
+    child = subprocess.run(
+        [sys.executable, "-c", f"from offset_assets.spark import get_spark_session; get_spark_session(master={url!r})"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 1
+    assert f"SparkUnavailableError: Spark endpoint {url} does not answer" in child.stderr

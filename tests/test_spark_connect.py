@@ -1,0 +1,76 @@
+"""The library over Spark Connect: a client process with no JVM of its own, talking to a
+Connect server the fixture starts from the pyspark wheel.
+
+Each story runs in a child process (`tests.remote_story`): this test process already
+holds a classic local session, and a Connect client would switch its functions to
+Connect. Outputs are compared with a from-scratch computation over the same inputs and
+with the literal rows the story must produce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.spark_cluster import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def run_client(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.remote_story", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def client_json(*args: str) -> dict:
+    child = run_client(*args)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def test_engine_story_over_spark_connect_processes_exactly_the_changes(connect_server, tmp_path):
+    (tmp_path / "warehouse").mkdir()
+    story = client_json("story", "--remote", connect_server.url,
+                        f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse"))
+
+    refused = story["relative_warehouse"]
+    assert "'relative/warehouse' is a relative path" in refused["error"]
+    assert refused["tables"] == [] and refused["written"] is False  # refused before any write
+    # First run: every post and user; second: 2 upserted + 1 deleted post and the 2 posts
+    # of the renamed profile (reverse join), 2 users' counts; third: nothing left.
+    assert story["processed"] == {"first": [6, 3], "second": [5, 2], "third": 0}
+    assert story["enriched"] == story["expected_enriched"] == [
+        [10, 1, "a", "ann"], [11, 1, "b2", "ann"], [12, 2, "c", "bob"],
+        [14, 3, "e", "cyrus"], [15, 3, "f", "cyrus"], [16, 1, "new", "ann"]]
+    assert story["stats"] == story["expected_stats"] == [[1, 3], [2, 1], [3, 2]]
+    assert story["hot"] == [False, False]
+
+
+def test_a_connect_client_killed_inside_its_commit_is_completed_by_the_next_run(connect_server, tmp_path):
+    db_url, warehouse = f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse")
+    (tmp_path / "warehouse").mkdir()
+    crashed = run_client("crash", "--remote", connect_server.url, db_url, warehouse)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+
+    recovered = client_json("recover", "--remote", connect_server.url, db_url, warehouse)
+    assert recovered["committed_before"] == []  # the dead run's output files were never visible
+    assert recovered["processed"] == 6 and recovered["processed_again"] == 0
+    assert recovered["enriched"] == recovered["expected_enriched"]
+    assert recovered["hot"] is False
+
+
+def test_a_connect_endpoint_that_is_down_is_one_clear_error():
+    url = f"sc://127.0.0.1:{free_port()}"
+    child = subprocess.run(
+        [sys.executable, "-c", f"from offset_assets.spark import get_spark_session; get_spark_session(remote={url!r})"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 1
+    assert f"SparkUnavailableError: Spark endpoint {url} does not answer (127.0.0.1:" in child.stderr
