@@ -7,7 +7,8 @@ the source system live. Asset code is the same everywhere; only this file's choi
 - `production` (`OFFSET_ASSETS_DEPLOYMENT=production`): every location must be given,
   so a forgotten variable fails the code location load instead of writing to ./state:
   `OFFSET_ASSETS_DB_URL` (PostgreSQL), `OFFSET_ASSETS_WAREHOUSE` (s3a://..., hdfs://...),
-  `OFFSET_ASSETS_SPARK_MASTER` (spark://..., yarn, k8s://...), `OFFSET_ASSETS_SOURCE_URL`.
+  `OFFSET_ASSETS_SPARK_MASTER` (spark://..., yarn, k8s://...) or, for Spark Connect,
+  `OFFSET_ASSETS_SPARK_REMOTE` (sc://...), `OFFSET_ASSETS_SOURCE_URL`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import dagster as dg
 
 from assets_defs import source_system
-from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_WAREHOUSE
+from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_SPARK_REMOTE, ENV_WAREHOUSE
 from offset_assets.dagster_adapter import (
     ENGINE_RESOURCE_KEY,
     IncrementalEngineResource,
@@ -51,8 +52,14 @@ def deployment() -> str:
     return name
 
 
+def _spark_variable() -> str:
+    """Where production Spark is named: the Connect endpoint when one is set, else the master."""
+    return ENV_SPARK_REMOTE if os.environ.get(ENV_SPARK_REMOTE) else ENV_SPARK_MASTER
+
+
 def _require_production_variables() -> None:
-    missing = [name for name in PRODUCTION_VARIABLES if not os.environ.get(name)]
+    required = [_spark_variable() if name == ENV_SPARK_MASTER else name for name in PRODUCTION_VARIABLES]
+    missing = [name for name in required if not os.environ.get(name)]
     if missing:
         raise dg.DagsterInvalidDefinitionError(
             f"{ENV_DEPLOYMENT}=production needs {', '.join(missing)} (nothing defaults to ./state there)"
@@ -85,7 +92,9 @@ def production_resources() -> dict[str, Any]:
     _require_production_variables()
     return _resources(IncrementalEngineResource(
         offset_store=OffsetStore(db_url=dg.EnvVar(ENV_DB_URL)),
-        spark=SparkSessionResource(master=dg.EnvVar(ENV_SPARK_MASTER), app_name="offset-assets-reference"),
+        spark=SparkSessionResource(
+            **{"remote" if _spark_variable() == ENV_SPARK_REMOTE else "master": dg.EnvVar(_spark_variable())},
+            app_name="offset-assets-reference"),
         warehouse=dg.EnvVar(ENV_WAREHOUSE),
     ))
 

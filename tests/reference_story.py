@@ -30,6 +30,7 @@ from assets_defs.demo.story import (
     MaterializationPass,
     ingest_due_ranges,
 )
+from offset_assets.dagster_adapter import ENGINE_RESOURCE_KEY
 from tests.engine_story import rows_of
 
 SIZES = DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1)
@@ -39,7 +40,7 @@ TRANSFORMED = ("enriched_posts", "user_post_stats")
 def transformations_job() -> dg.JobDefinition:
     """The project's `transformations` job, rebuilt from the environment: the target
     that the multiprocess executor's step processes reconstruct."""
-    return build_definitions().get_job_def("transformations")
+    return build_definitions().resolve_job_def("transformations")
 
 
 def materialize_transformations(instance: dg.DagsterInstance) -> dict[str, int]:
@@ -77,8 +78,8 @@ def run_reference(instance: dg.DagsterInstance) -> dict[str, Any]:
     ingest_due_ranges(defs, ingestion, instance, clock.second_cutoff, second, "second")
     second_processed = materialize_transformations(instance)
 
-    io_manager = defs.resources["io_manager"]
-    outputs = {name: sorted([list(row) for row in rows_of(io_manager.table(dg.AssetKey(name)).read_actual())],
+    engine = defs.resources[ENGINE_RESOURCE_KEY]
+    outputs = {name: sorted([list(row) for row in rows_of(engine.table(dg.AssetKey(name)).read_actual())],
                             key=repr) for name in TRANSFORMED}
     return {
         "executor": executor,
