@@ -49,13 +49,16 @@ def demo(ctx: click.Context, users: int, posts: int, inserts: int, updates: int,
     from assets_defs.demo.report import render
     from assets_defs.demo.story import run_story
     from assets_defs.resources import LOCAL_SPARK_CONF
-    from offset_assets.spark import get_spark_session
+    from offset_assets.config import ENV_SPARK_REMOTE
+    from offset_assets.spark import get_spark_session, is_connect_session
 
     started = time.monotonic()
     try:
         spark = get_spark_session(conf=LOCAL_SPARK_CONF)
-        spark.sparkContext.setLogLevel("ERROR")
-        click.echo(f"Spark {spark.version} on {spark.sparkContext.master} "
+        if not is_connect_session(spark):  # a Connect server's log level is the server's own
+            spark.sparkContext.setLogLevel("ERROR")
+        where = os.environ.get(ENV_SPARK_REMOTE) if is_connect_session(spark) else spark.conf.get("spark.master")
+        click.echo(f"Spark {spark.version} on {where} "
                    f"(started in {time.monotonic() - started:.0f} s)", err=True)
         with dg.DagsterInstance.get() as instance:
             story = run_story(sizes, instance, progress=lambda line: click.echo(f"... {line}", err=True))
