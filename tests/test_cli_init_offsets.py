@@ -34,9 +34,6 @@ def test_init_offsets_sets_offsets_from_meta_and_reports_them(spark, sqlite_url,
         f"  profiles                 {iso_utc(stored['profiles'])}\n"
     )
 
-    without_inputs = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "enrich_posts",
-                                               "--warehouse", warehouse])
-    assert without_inputs.exit_code == 0  # the inputs default to those with offsets now
     typo = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "enrich_post"])
     assert (typo.exit_code, typo.output) == (
         1, "error: no transformation 'enrich_post' in the control plane (transformations: enrich_posts)\n")

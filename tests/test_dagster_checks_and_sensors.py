@@ -173,7 +173,8 @@ def test_sensor_requests_a_run_only_for_new_commits_beyond_the_offsets_and_advan
     posts_ts = commit(catalog, "posts")
     requested = tick(None)
     [request] = requested.run_requests
-    assert request.asset_selection == [dg.AssetKey(TID)]
+    assert sensor.job_name == f"{TID}_job"  # the run shows its job, not an empty target
+    assert request.run_key == f"{TID}:posts@{posts_ts!r}"
     assert json.loads(requested.cursor) == {"posts": posts_ts}
 
     assert isinstance(tick(requested.cursor), dg.SkipReason)  # same commits: not twice
