@@ -49,6 +49,7 @@ from offset_assets.dagster_adapter.metadata import (
     iso_utc,
     resolve_incremental,
     run_metadata,
+    run_summary,
     table_name_for,
 )
 from offset_assets.engine.result import RunResult
@@ -199,7 +200,7 @@ def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: Incr
     lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
     metadata = run_metadata(result, output_tables=[asset.table_name], reset_reason=reset,
                             row_count=row_count, offset_lag_s=lags)
-    context.log.info(result.summary())
+    context.log.info(run_summary(result, reset))
     if reset is not None:
         reset_offsets = ", ".join(f"{name} (was {iso_utc(ts)})"
                                   for name, ts in sorted(result.offsets_reset.items())) or "none set"
