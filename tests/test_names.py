@@ -106,9 +106,11 @@ def test_a_transformation_with_an_id_at_the_limit_runs_and_commits_its_meta(spar
 @pytest.mark.parametrize(("field", "limit"), [("job_name", 255), ("workflow_name", 255), ("load_type", 32)])
 def test_a_job_log_name_over_its_column_is_refused_before_a_row_is_written(db_url, field, limit):
     log = JobLog(connect(db_url))
-    names = {"job_name": "orders", field: "n" * (limit + 1)}
+    too_long = "n" * (limit + 1)
+    job_name = too_long if field == "job_name" else "orders"
+    other_names = {} if field == "job_name" else {field: too_long}
     with pytest.raises(JobNameError, match=rf"{field} is {limit + 1} characters long, the limit is {limit}: 'nnn"):
-        log.claim(names.pop("job_name"), "0", None, run_id="run-a", **names)
+        log.claim(job_name, "0", None, run_id="run-a", **other_names)
     assert log.jobs() == []
 
 
