@@ -21,7 +21,7 @@ from offset_assets.versioned.maintenance import (
     cleanup,
     maintain,
 )
-from tests.engine_story import make_world, rows_of
+from tests.engine_story import enrich, make_world, rows_of
 
 SCHEMA = StructType(
     [StructField("id", LongType(), False), StructField("kind", StringType()), StructField("v", LongType())]
@@ -282,6 +282,10 @@ def test_a_compaction_committed_while_a_run_is_in_flight_changes_nothing_of_its_
         assert run.batches and len(run.batches) > 1
         results[name] = (result, rows_of(world.enriched.read_actual()),
                          rows_of(meta.read_actual(), ["post_id", "is_success"]))
+        # Exact as of the run's snapshot: the late posts are not in its output.
+        seen = {table.name: table.read_actual(as_of_delta=result.snapshot_deltas[table.name])
+                for table in (world.posts, world.profiles)}
+        assert results[name][1] == rows_of(enrich(seen["posts"], seen["profiles"]))
         if name == "compacted":
             assert all(world.posts.catalog.snapshots(table.name) for table in tables)
         # The next run sees exactly the late changes, compacted or not.
