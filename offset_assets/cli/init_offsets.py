@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
 from offset_assets.versioned.table import VersionedTable
 
+JVM_LOG = Path(tempfile.gettempdir()) / "offset-assets-cli-spark.log"
 QUIET_LOG4J2 = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -102,15 +105,26 @@ def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], refere
 
 
 def quiet_spark_session() -> SparkSession:
-    """A Spark session for a command line: errors only in the JVM log, no progress bars.
+    """A Spark session for a command line: its JVM writes to a log file, not the terminal.
 
-    The JVM prints its start-up warnings before any Python code could lower the log
-    level, so the log4j2 configuration is handed to the driver JVM when it starts."""
+    The driver JVM prints start-up warnings before any Python code could lower its log
+    level, and keeps the standard error it was started with, so it is started with its
+    standard error pointing at `JVM_LOG` (errors still reach Python as exceptions) and
+    a log4j2 configuration that keeps errors only; no progress bars."""
     from offset_assets.spark import get_spark_session
 
     config = Path(tempfile.gettempdir()) / "offset-assets-cli-log4j2.properties"
     config.write_text(QUIET_LOG4J2)
-    return get_spark_session(app_name="offset-assets-cli", conf={
+    conf = {
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={config.as_uri()}",
-    })
+    }
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with JVM_LOG.open("ab") as log:
+            os.dup2(log.fileno(), 2)
+            return get_spark_session(app_name="offset-assets-cli", conf=conf)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
