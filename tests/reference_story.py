@@ -3,9 +3,9 @@ control plane, warehouse, source database and Spark (`OFFSET_ASSETS_*`).
 
 Seed the source, ingest every due range through Dagster (in this process), run the
 project's `transformations` job, a round of traffic, ingest and transform again; return
-what each run processed and the final outputs row for row. The transformations job runs
-with the executor and resources of the project's Definitions for the environment: the
-multiprocess executor when Spark runs outside the process (a cluster master), each
+what each run processed and the final outputs row for row. The second transformations
+run uses the executor and resources of the project's Definitions for the environment:
+the multiprocess executor when Spark runs outside the process (a cluster master), each
 step a process with its own driver; in-process with a local master.
 
 Usage (the cluster test runs it as a driver process of its own):
@@ -43,9 +43,14 @@ def transformations_job() -> dg.JobDefinition:
     return build_definitions().resolve_job_def("transformations")
 
 
-def materialize_transformations(instance: dg.DagsterInstance) -> dict[str, int]:
-    result = dg.execute_job(dg.reconstructable(transformations_job), instance=instance,
-                            run_config=QUIET_RUN_CONFIG)
+def materialize_transformations(instance: dg.DagsterInstance, in_process: bool = False) -> dict[str, int]:
+    """One run of the `transformations` job: in this process, or with the executor of the
+    project's Definitions (step processes that reconstruct the job)."""
+    if in_process:
+        result = transformations_job().execute_in_process(instance=instance, run_config=QUIET_RUN_CONFIG)
+    else:
+        result = dg.execute_job(dg.reconstructable(transformations_job), instance=instance,
+                                run_config=QUIET_RUN_CONFIG)
     if not result.success:
         failures = [str(event.event_specific_data.error) for event in result.all_events
                     if event.is_step_failure]
@@ -71,7 +76,9 @@ def run_reference(instance: dg.DagsterInstance) -> dict[str, Any]:
 
     first = MaterializationPass()
     ingest_due_ranges(defs, ingestion, instance, clock.first_cutoff, first, "first")
-    first_processed = materialize_transformations(instance)
+    # The first pass in this process, the second with the project's executor: each
+    # multiprocess step starts a driver and an executor JVM, and one run shows it works.
+    first_processed = materialize_transformations(instance, in_process=True)
     source_system.generate_traffic(source, SIZES.inserts, SIZES.updates, SIZES.deletes, SIZES.renames,
                                    seed=SIZES.traffic_seed, now=clock.traffic_at)
     second = MaterializationPass()

@@ -57,7 +57,7 @@ def spark_conf_dir(tmp_path: Path) -> str:
     return str(conf)
 
 
-def run_driver(args: list[str], env: dict[str, str], timeout: float = 900) -> dict:
+def run_driver(args: list[str], env: dict[str, str], timeout: float = 1800) -> dict:
     child = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
                            timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **DRIVER_ENV, **env})
     assert child.returncode == 0, child.stderr[-4000:]
