@@ -77,8 +77,8 @@ def engine_story(spark: SparkSession, db_url: str, warehouse: str, marker: str |
     engine = IncrementalEngine(spark, world.posts.plane)
     seed(world)
     first_enriched = world.enriched_transformation(**({"func": slow_enrich(marker)} if marker else {}))
-    first = [engine.run_full(first_enriched).processed_keys,
-             engine.run_full(world.stats_transformation()).processed_keys]
+    first_run = engine.run_full(first_enriched)
+    first = [first_run.processed_keys, engine.run_full(world.stats_transformation()).processed_keys]
     world.write_posts([(16, 1, "new"), (11, 1, "b2")], deletes=[13])
     world.write_profiles([(3, "cyrus")])
     second = [engine.run_full(world.enriched_transformation()).processed_keys,
@@ -86,6 +86,7 @@ def engine_story(spark: SparkSession, db_url: str, warehouse: str, marker: str |
     third = engine.run_full(world.enriched_transformation()).processed_keys
     return {
         "processed": {"first": first, "second": second, "third": third},
+        "first_errors": [error.splitlines()[0][:300] for error in first_run.errors],
         "enriched": sorted_rows(world.enriched.read_actual()),
         "stats": sorted_rows(world.stats.read_actual()),
         "expected_enriched": sorted(map(list, world.expected_enriched()), key=repr),

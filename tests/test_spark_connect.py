@@ -47,6 +47,7 @@ def test_engine_story_over_spark_connect_processes_exactly_the_changes(connect_s
     # First run: every post and user; second: 2 upserted + 1 deleted post and the 2 posts
     # of the renamed profile (reverse join), 2 users' counts; third: nothing left.
     assert story["processed"] == {"first": [6, 3], "second": [5, 2], "third": 0}
+    assert story["first_errors"] == []
     assert story["enriched"] == story["expected_enriched"] == [
         [10, 1, "a", "ann"], [11, 1, "b2", "ann"], [12, 2, "c", "bob"],
         [14, 3, "e", "cyrus"], [15, 3, "f", "cyrus"], [16, 1, "new", "ann"]]
