@@ -68,6 +68,12 @@ def slow_enrich(marker: str) -> Callable[[DataFrame, DataFrame], DataFrame]:
     return enrich_slowly
 
 
+def _cause(error: str) -> str:
+    """The line of an error text that names its cause (Python worker errors put it last)."""
+    lines = [line for line in error.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "Error" in line), lines[0])[:300]
+
+
 def engine_story(spark: SparkSession, db_url: str, warehouse: str, marker: str | None = None) -> dict[str, Any]:
     """A relative warehouse refused first; then the first run, a round of changes
     (insert, update, delete, a profile rename), the second run: what each run processed
@@ -86,7 +92,7 @@ def engine_story(spark: SparkSession, db_url: str, warehouse: str, marker: str |
     third = engine.run_full(world.enriched_transformation()).processed_keys
     return {
         "processed": {"first": first, "second": second, "third": third},
-        "first_errors": [error.splitlines()[0][:300] for error in first_run.errors],
+        "first_errors": [_cause(error) for error in first_run.errors],
         "enriched": sorted_rows(world.enriched.read_actual()),
         "stats": sorted_rows(world.stats.read_actual()),
         "expected_enriched": sorted(map(list, world.expected_enriched()), key=repr),

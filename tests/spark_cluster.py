@@ -83,7 +83,7 @@ def _launch(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen
 
 
 def children_of(pid: int) -> list[int]:
-    """PIDs whose parent is `pid` (a worker's executor JVMs)."""
+    """Live PIDs whose parent is `pid` (a worker's executor JVMs)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -91,7 +91,8 @@ def children_of(pid: int) -> list[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            state, parent = stat.rsplit(")", 1)[1].split()[:2]
+            if int(parent) == pid and state != "Z":  # a killed child stays a zombie until reaped
                 found.append(int(entry.name))
     return found
 

@@ -129,13 +129,13 @@ def test_engine_story_on_the_cluster_with_an_executor_killed_mid_run_commits_onc
                 driver.kill()
     assert driver.returncode == 0, log.read_text()[-4000:]
     on_cluster = json.loads(out.strip().splitlines()[-1])
+    print(f"first run with an executor killed: processed {on_cluster['processed']['first']}, "
+          f"errors {on_cluster['first_errors']}")
     assert killed not in spark_cluster.executor_pids()
 
     refused = on_cluster["relative_warehouse"]
     assert "'relative/warehouse' is a relative path" in refused["error"]
     assert refused["tables"] == [] and refused["written"] is False  # refused before any write
-    print(f"first run with an executor killed: processed {on_cluster['processed']['first']}, "
-          f"errors {on_cluster['first_errors']}")
     if on_cluster["first_errors"]:
         # The lost executor failed the batch: recorded as failed, nothing of it committed,
         # and the next run retried its 6 keys along with the 5 changed ones (7 in all).
