@@ -34,15 +34,13 @@ SPARK_HOME = Path(pyspark.__file__).parent
 START_TIMEOUT_S = 120.0
 WORKERS = 2
 
-# Settings of every application the tests run on the cluster. `spark.pyspark.python`:
-# executors start Python workers with this interpreter, which has pyspark installed.
+# Settings of every application the tests run on the cluster.
 CLUSTER_APP_CONF = {
     "spark.cores.max": "1",
     "spark.executor.cores": "1",
     "spark.executor.memory": "512m",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    "spark.pyspark.python": sys.executable,
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",
@@ -51,8 +49,11 @@ CLUSTER_APP_CONF = {
 }
 
 
-# Environment of driver processes the tests start: Spark binds to loopback only.
-DRIVER_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
+# Environment of driver processes the tests start: Spark binds to loopback only, and
+# executors start their Python workers with the driver's PYSPARK_PYTHON (a driver
+# started from Python ignores spark.pyspark.python): this interpreter, not the
+# machine's python3, which lacks pyarrow for Spark 4's Arrow-based Python UDFs.
+DRIVER_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
 def free_port() -> int:
