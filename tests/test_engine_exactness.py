@@ -361,6 +361,29 @@ def test_crashed_backfill_in_batch_mode_loses_no_change(spark, posts_world):
     assert keys_of(engine.changed_keys(enriched, change_detection="v2")) == []
 
 
+def test_a_reprocess_request_after_a_crashed_batch_mode_backfill_covers_every_key(spark, posts_world):
+    """Found by the machine: the backfill's first batch committed (R1 recorded, posts 1-2
+    processed at R1), the second commit crashed; a new request kept R1, so posts 1-2
+    were not processed again."""
+    world = posts_world
+    engine = IncrementalEngine(spark, world.posts.plane)
+    enriched = world.enriched_transformation(batch_size=2, commit_mode="batch")
+    engine.run_full(enriched)
+    with pytest.raises(CommitCrash), crash_at_commit(2):
+        engine.run_full(enriched, reprocess_all=True)
+    first = ReprocessRequests(world.posts.plane).pending(enriched.transformation_id)
+    assert keys_of(engine.changed_keys(enriched, change_detection="v2")) == [(3,), (4,), (5,), (6,)]
+
+    second = ReprocessRequests(world.posts.plane).request(enriched.transformation_id)
+
+    assert second > first
+    assert keys_of(engine.changed_keys(enriched, change_detection="v2")) == [(pid,) for pid in range(1, 7)]
+    assert keys_of(engine.changed_keys(enriched, change_detection="v1")) == [(pid,) for pid in range(1, 7)]
+    assert engine.run_full(enriched).processed_keys == 6
+    assert ReprocessRequests(world.posts.plane).pending(enriched.transformation_id) is None
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+
+
 def enrich_with_a_second_row_for_post_3(posts: DataFrame, profiles: DataFrame) -> DataFrame:
     """A function bug: post 3 comes out twice, with different texts."""
     out = enrich(posts, profiles)

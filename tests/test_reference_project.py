@@ -58,7 +58,7 @@ def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedde
         "posts_ranges_sensor", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed",
         "transformations_automation"}
     assert {s.name for s in repository.schedule_defs} == {
-        "post_updates_schedule", "profiles_schedule", "offset_checks"}
+        "post_updates_schedule", "profiles_schedule", "offset_checks", "table_maintenance_hourly"}
     reprocess = repository.get_job("reprocess_transformations")
     assert reprocess.tags["offset_assets/reset"] == "true"
     # Every run names its job: the sensors', the schedules' and the demo's.

@@ -6,7 +6,8 @@ commit-clock value R, and every key whose meta is older than R (or which has no 
 belongs to the next run's changed index, in v1 and v2 alike. A run commits its keys with
 `process_ts > R`, so a run that dies half-way leaves the request in place and the next
 run resumes with the keys still left; the request is deleted in the commit of the run
-that finished the whole set.
+that finished the whole set. A new request, or a backfill, moves a pending request
+forward to its own R (the later value covers every key the earlier one did).
 
 The request and the offset reset are one transaction, and R is taken from the commit
 clock, so it is strictly greater than the process_ts of every key processed before it.
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, select, update
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
@@ -37,24 +38,28 @@ class ReprocessRequests:
     def request(self, transformation_id: str, conn: Connection | None = None) -> float:
         """Ask for every key to be processed again; returns the request's clock value R.
 
-        In one transaction: the commit clock is bumped (R), the request is stored (a
-        pending older request is kept: its set already includes the newer one's) and every
-        offset of the transformation is deleted."""
+        In one transaction: the commit clock is bumped (R), the request is stored and every
+        offset of the transformation is deleted. A pending request is moved forward to R:
+        keys processed since it was made (by a run that died half-way) are covered again,
+        and every key the older request covered is older than R too."""
         with self._transaction(conn) as c:
-            pending = self.pending(transformation_id, conn=c)
-            requested_ts = pending if pending is not None else DeltaCatalog.bump_clock(c)
-            if pending is None:
-                c.execute(_r.insert().values(
-                    transformation_id=transformation_id, requested_ts=requested_ts, requested_at=time.time()))
+            requested_ts = DeltaCatalog.bump_clock(c)
+            self.record(transformation_id, requested_ts, c)
             OffsetRepository(self.plane).reset_offset(transformation_id, conn=c)
         return requested_ts
 
     def record(self, transformation_id: str, requested_ts: float, conn: Connection) -> None:
-        """Store request R inside the caller's transaction unless one is pending (a batch-mode
-        backfill records its own R in its first commit, so a crash leaves it resumable)."""
-        if self.pending(transformation_id, conn=conn) is None:
+        """Store request R inside the caller's transaction (a batch-mode backfill records
+        its own R in its first commit, so a crash leaves it resumable). A pending request
+        ends up at the later of the two values: the later one covers every key the earlier
+        one did."""
+        pending = self.pending(transformation_id, conn=conn)
+        if pending is None:
             conn.execute(_r.insert().values(
                 transformation_id=transformation_id, requested_ts=requested_ts, requested_at=time.time()))
+        elif requested_ts > pending:
+            conn.execute(update(_r).where(_r.c.transformation_id == transformation_id)
+                         .values(requested_ts=requested_ts, requested_at=time.time()))
 
     def pending(self, transformation_id: str, conn: Connection | None = None) -> float | None:
         """R of the pending request, or None."""

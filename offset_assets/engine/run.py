@@ -172,10 +172,9 @@ class TransformationRun:
                         tid, self.offsets_reset)
             self.offsets_before = {}
         # A reprocess covers the keys whose meta is older than R: R = this run's process_ts
-        # for a backfill (every earlier process_ts is smaller), else the pending request's.
-        self.request_ts = self.pending_request
-        if self.reprocess_all and self.request_ts is None:
-            self.request_ts = clock
+        # for a backfill (every earlier process_ts is smaller, so it covers whatever a
+        # pending request covers and more), else the pending request's.
+        self.request_ts = clock if self.reprocess_all else self.pending_request
         self._listed_failures = FailedDeltas(engine.plane).listed(tid) if self.is_full else []
         self.result = RunResult(
             transformation_id=tid,
