@@ -64,7 +64,9 @@ def test_changes_since_opens_only_the_files_of_those_deltas(events):
     # One scan of the chosen files; update_ts looked up in a literal, no join, no union per delta.
     plan = plan_of(changes)
     assert plan.count("FileScan parquet") == 1 and "Union" not in plan
-    assert "Join" not in plan and "Exchange" not in plan
+    assert "Join" not in plan and "BroadcastExchange" not in plan
+    # The one shuffle is the window that derives sys_to per key.
+    assert plan.count("Exchange hashpartitioning") == 1 and "Window" in plan
 
     assert opened_folders(changes) == {folder(deltas[2].data_path), folder(deltas[3].data_path)}
     up_to_3 = table.read_changes_since(deltas[2].commit_ts, up_to_delta=3)
