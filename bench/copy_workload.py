@@ -331,6 +331,12 @@ def print_table(report: dict[str, Any]) -> None:
           f"(ratio {s['last_over_first']}), maintenance {s['maintenance_total_s']}s in all")
 
 
+def save(report: dict[str, Any], out: Path) -> None:
+    """Write the report as it stands: a long benchmark that dies keeps what it measured."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "copy_workload.json").write_text(json.dumps(report, indent=2))
+
+
 def main() -> None:
     settings = Settings.from_environment()
     spark = get_spark_session(
@@ -347,23 +353,22 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     started = time.perf_counter()
-    by_n = []
-    for n in settings.ns:
-        print(f"N = {n} ...", flush=True)
-        by_n.append(measure_n(spark, n, settings.m))
-        print(json.dumps({k: {f: x for f, x in v.items() if f != "jobs"} if isinstance(v, dict) else v
-                          for k, v in by_n[-1].items() if k != "maintenance_s"}), flush=True)
-    print(f"long series at N = {settings.series_n} ...", flush=True)
-    report = {
+    report: dict[str, Any] = {
         "benchmark": "copy_workload",
         "machine": {"cores": os.cpu_count(), "spark_master": spark.sparkContext.master,
                     "shuffle_partitions": settings.shuffle_partitions},
-        "by_n": by_n,
-        "series": long_series(spark, settings),
+        "by_n": [],
     }
+    for n in settings.ns:
+        print(f"N = {n} ...", flush=True)
+        report["by_n"].append(measure_n(spark, n, settings.m))
+        save(report, settings.out)
+        print(json.dumps({k: {f: x for f, x in v.items() if f != "jobs"} if isinstance(v, dict) else v
+                          for k, v in report["by_n"][-1].items() if k != "maintenance_s"}), flush=True)
+    print(f"long series at N = {settings.series_n} ...", flush=True)
+    report["series"] = long_series(spark, settings)
     report["total_s"] = round(time.perf_counter() - started, 1)
-    settings.out.mkdir(parents=True, exist_ok=True)
-    (settings.out / "copy_workload.json").write_text(json.dumps(report, indent=2))
+    save(report, settings.out)
     plot(report, settings.out / "copy_workload.png")
     print_table(report)
     print(f"report: {settings.out / 'copy_workload.json'}, plot: {settings.out / 'copy_workload.png'} "
