@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from offset_assets.errors import OffsetAssetsError
@@ -40,14 +41,17 @@ class SparkJobCountError(OffsetAssetsError):
 
 @dataclass(frozen=True)
 class SparkJob:
-    """One job started inside a counted block: its id and the names of its stages
-    (Spark names a stage after the action and call site that started it)."""
+    """One job started inside a counted block: its id, the names of its stages (Spark
+    names a stage after the action and call site that started it) and its wall time
+    from submission to completion (None when the status store has no times for it)."""
 
     job_id: int
     stage_names: tuple[str, ...]
+    seconds: float | None = None
 
     def __str__(self) -> str:
-        return f"job {self.job_id}: {'; '.join(self.stage_names) or '(no stage)'}"
+        took = "" if self.seconds is None else f" ({self.seconds:.2f} s)"
+        return f"job {self.job_id}{took}: {'; '.join(self.stage_names) or '(no stage)'}"
 
 
 @dataclass
@@ -106,5 +110,18 @@ def _jobs_with_tag(spark: SparkSession, tag: str) -> list[SparkJob]:
         info = tracker.getJobInfo(job_id)
         stage_ids = info.stageIds if info is not None else []
         stages = (tracker.getStageInfo(stage_id) for stage_id in stage_ids)
-        jobs.append(SparkJob(job_id, tuple(stage.name for stage in stages if stage is not None)))
+        names = tuple(stage.name for stage in stages if stage is not None)
+        jobs.append(SparkJob(job_id, names, _job_seconds(jsc, job_id)))
     return jobs
+
+
+def _job_seconds(jsc, job_id: int) -> float | None:
+    """Submission to completion of `job_id`, from the status store (the times the UI shows)."""
+    try:
+        data = jsc.statusStore().job(job_id)
+    except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
+        return None
+    submitted, completed = data.submissionTime(), data.completionTime()
+    if not (submitted.isDefined() and completed.isDefined()):
+        return None
+    return (completed.get().getTime() - submitted.get().getTime()) / 1000
