@@ -100,6 +100,16 @@ class ControlPlane:
                 ) from None
             raise
 
+    @contextmanager
+    def within(self, conn: Connection | None) -> Iterator[Connection]:
+        """The caller's transaction when it passes one (so its writes commit with the
+        caller's), else a transaction of its own."""
+        if conn is not None:
+            yield conn
+        else:
+            with self.begin() as own:
+                yield own
+
     def dispose(self) -> None:
         self.engine.dispose()
 

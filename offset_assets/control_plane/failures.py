@@ -9,8 +9,7 @@ failed (they were retried with success), it drops the delta in its own commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 from sqlalchemy import Connection, delete, select
 
@@ -30,7 +29,7 @@ class FailedDeltas:
         """Meta delta numbers that may still hold failed keys, oldest first."""
         query = (select(_f.c.meta_delta_num).where(_f.c.transformation_id == transformation_id)
                  .order_by(_f.c.meta_delta_num))
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             return [int(num) for num in c.execute(query).scalars()]
 
     def add(self, transformation_id: str, meta_delta_num: int, failed_keys: int, conn: Connection) -> None:
@@ -44,13 +43,5 @@ class FailedDeltas:
                                           _f.c.meta_delta_num.in_(nums)))
 
     def clear(self, transformation_id: str, conn: Connection | None = None) -> None:
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             c.execute(delete(_f).where(_f.c.transformation_id == transformation_id))
-
-    @contextmanager
-    def _transaction(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.plane.begin() as own:
-                yield own

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -217,14 +216,6 @@ class JobLog:
         self.plane = plane
         self._clock = clock
 
-    @contextmanager
-    def _transaction(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.plane.begin() as own:
-                yield own
-
     # -- claiming ---------------------------------------------------------------------
 
     def claim(
@@ -388,7 +379,7 @@ class JobLog:
         conditions = [job_log.c.job_id == job_id, job_log.c.status == JobStatus.RUNNING.value]
         if run_id is not None:
             conditions.append(job_log.c.run_id == run_id)
-        with self._transaction(conn) as tx:
+        with self.plane.within(conn) as tx:
             result = tx.execute(
                 update(job_log).where(*conditions).values(
                     status=JobStatus.SUCCESS.value, data_range_end=data_range_end,
@@ -415,7 +406,7 @@ class JobLog:
         conditions = [job_log.c.job_id == job_id, job_log.c.status == JobStatus.RUNNING.value]
         if run_id is not None:
             conditions.append(job_log.c.run_id == run_id)
-        with self._transaction(conn) as tx:
+        with self.plane.within(conn) as tx:
             result = tx.execute(
                 update(job_log).where(*conditions).values(
                     status=JobStatus.FAILURE.value, error=error,
@@ -428,7 +419,7 @@ class JobLog:
         self, job_id: int, attempt: int, step: StepRecord, conn: Connection | None = None
     ) -> None:
         """Insert one step of an attempt (a step id is recorded once per attempt)."""
-        with self._transaction(conn) as tx:
+        with self.plane.within(conn) as tx:
             tx.execute(
                 insert(step_log).values(
                     job_id=job_id, attempt=attempt, step_id=step.step_id, status=step.status,

@@ -17,8 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -52,7 +51,7 @@ class OffsetRepository:
         query = select(_t.c.input_table_name, _t.c.update_ts_offset).where(
             _t.c.transformation_id == transformation_id
         )
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             return {name: float(offset) for name, offset in c.execute(query)}
 
     def get_offset(
@@ -63,7 +62,7 @@ class OffsetRepository:
             _t.c.transformation_id == transformation_id,
             _t.c.input_table_name == input_table_name,
         )
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             offset = c.execute(query).scalar_one_or_none()
         return None if offset is None else float(offset)
 
@@ -88,7 +87,7 @@ class OffsetRepository:
         now = time.time()
         for row in rows:
             row["updated_at"] = now
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             # Rows go in key order so that concurrent PostgreSQL writers lock them in the
             # same order and cannot deadlock each other.
             c.execute(self._never_decreasing_upsert(c.dialect.name), rows)
@@ -105,7 +104,7 @@ class OffsetRepository:
         statement = delete(_t).where(_t.c.transformation_id == transformation_id)
         if input_table_name is not None:
             statement = statement.where(_t.c.input_table_name == input_table_name)
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             # A re-scan reads the deltas again, so the settled snapshot that lets a run skip
             # deltas it processed entirely is forgotten with the offsets.
             c.execute(delete(transform_settled).where(transform_settled.c.transformation_id == transformation_id))
@@ -126,7 +125,7 @@ class OffsetRepository:
         ).order_by(_t.c.transformation_id, _t.c.input_table_name)
         if transformation_id is not None:
             query = query.where(_t.c.transformation_id == transformation_id)
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             rows = c.execute(query).all()
         now = time.time() if now is None else now
         return [
@@ -139,14 +138,6 @@ class OffsetRepository:
             }
             for row in rows
         ]
-
-    @contextmanager
-    def _transaction(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.plane.begin() as own:
-                yield own
 
     @staticmethod
     def _never_decreasing_upsert(dialect: str):  # noqa: ANN205 - dialect-specific Insert

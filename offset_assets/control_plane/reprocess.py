@@ -16,8 +16,6 @@ clock, so it is strictly greater than the process_ts of every key processed befo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from sqlalchemy import Connection, delete, select, update
 
@@ -42,7 +40,7 @@ class ReprocessRequests:
         offset of the transformation is deleted. A pending request is moved forward to R:
         keys processed since it was made (by a run that died half-way) are covered again,
         and every key the older request covered is older than R too."""
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             requested_ts = DeltaCatalog.bump_clock(c)
             self.record(transformation_id, requested_ts, c)
             OffsetRepository(self.plane).reset_offset(transformation_id, conn=c)
@@ -64,7 +62,7 @@ class ReprocessRequests:
     def pending(self, transformation_id: str, conn: Connection | None = None) -> float | None:
         """R of the pending request, or None."""
         query = select(_r.c.requested_ts).where(_r.c.transformation_id == transformation_id)
-        with self._transaction(conn) as c:
+        with self.plane.within(conn) as c:
             value = c.execute(query).scalar_one_or_none()
         return None if value is None else float(value)
 
@@ -73,11 +71,3 @@ class ReprocessRequests:
         request, made while that run was going, stays)."""
         conn.execute(delete(_r).where(_r.c.transformation_id == transformation_id,
                                       _r.c.requested_ts <= requested_ts))
-
-    @contextmanager
-    def _transaction(self, conn: Connection | None) -> Iterator[Connection]:
-        if conn is not None:
-            yield conn
-        else:
-            with self.plane.begin() as own:
-                yield own

@@ -64,13 +64,17 @@ class TableReader:
     def update_ts_of(deltas: Sequence[DeltaInfo]) -> Column:
         """update_ts of each version: the commit_ts of its delta, looked up in an array
         literal indexed by delta number. An expression, not a join: a broadcast of even a
-        tiny relation is a Spark job of its own, and every read needs this column."""
+        tiny relation is a Spark job of its own, and every read needs this column. The
+        literal is one SQL expression (one call to the JVM), not a column per delta: a
+        table keeps thousands of deltas, and a read must not cost a JVM call for each."""
         if not deltas:
             return F.lit(None).cast(DoubleType())
         base = min(d.delta_num for d in deltas)
         by_num = {d.delta_num: d.commit_ts for d in deltas}
         times = [by_num.get(num) for num in range(base, max(by_num) + 1)]
-        lookup = F.array(*[F.lit(ts).cast(DoubleType()) for ts in times])
+        # repr() of a float is the shortest text that parses back to the same double.
+        lookup = F.expr("array({})".format(", ".join(
+            "CAST(NULL AS DOUBLE)" if ts is None else f"{float(ts)!r}D" for ts in times)))
         position = (F.col(SYS_FROM) - F.lit(base) + F.lit(1)).cast("int")
         return F.when(position.between(1, len(times)), F.element_at(lookup, position))
 
