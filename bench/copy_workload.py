@@ -19,7 +19,9 @@ runs against the first W shows whether runs slow down as deltas pile up.
 Knobs (environment): BENCH_NS (comma-separated, default 100000,1000000,10000000),
 BENCH_M (10000), BENCH_SERIES_N (1000000), BENCH_SERIES_RUNS (500),
 BENCH_SERIES_CHANGES (100), BENCH_SERIES_WINDOW (50), BENCH_SHUFFLE_PARTITIONS (4),
-BENCH_OUT (docs/bench). A quick check of the harness:
+BENCH_OUT (docs/bench), BENCH_PARTS (by_n,series: `series` alone re-runs the long series
+and keeps the sizes of the report already in BENCH_OUT; every part records the commit it
+measured). A quick check of the harness:
 
     BENCH_NS=20000 BENCH_M=1000 BENCH_SERIES_N=20000 BENCH_SERIES_RUNS=20 \\
     BENCH_SERIES_WINDOW=5 BENCH_OUT=/tmp/bench .venv/bin/python -m bench.copy_workload
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -58,6 +61,15 @@ def knob(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def git_commit() -> str | None:
+    """The commit measured (each part of a report records its own: parts can be re-run apart)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
 @dataclass(frozen=True)
 class Settings:
     ns: list[int]
@@ -68,6 +80,7 @@ class Settings:
     series_window: int
     shuffle_partitions: int
     out: Path
+    parts: frozenset[str]
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -81,7 +94,10 @@ class Settings:
             series_window=knob("BENCH_SERIES_WINDOW", 50),
             shuffle_partitions=knob("BENCH_SHUFFLE_PARTITIONS", 4),
             out=Path(os.environ.get("BENCH_OUT", ROOT / "docs" / "bench")),
+            parts=frozenset(p.strip() for p in os.environ.get("BENCH_PARTS", "by_n,series").split(",")),
         )
+        if not settings.parts <= {"by_n", "series"}:
+            raise ValueError(f"BENCH_PARTS={sorted(settings.parts)}: the parts are by_n and series")
         if 2 * settings.series_window > settings.series_runs:
             raise ValueError(
                 f"BENCH_SERIES_WINDOW={settings.series_window} needs at least "
@@ -225,6 +241,7 @@ def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
         finally:
             world.close()
     report = {
+        "commit": git_commit(),
         "n": n,
         "m_new": m,
         "m_updated": m,
@@ -244,9 +261,11 @@ def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
     return report
 
 
-def long_series(spark: SparkSession, settings: Settings) -> dict[str, Any]:
+def long_series(spark: SparkSession, settings: Settings,
+                progress: Callable[[list[float]], None] = lambda run_s: None) -> dict[str, Any]:
     """R incremental runs of C changes each (half new, half updated, one delta) with
-    maintenance after every run: do runs stay as fast as deltas pile up?"""
+    maintenance after every run: do runs stay as fast as deltas pile up? `progress`
+    gets the run times so far every 50 runs."""
     changes = settings.series_changes
     with tempfile.TemporaryDirectory(prefix="bench-series-") as tmp:
         world = CopyWorld(spark, Path(tmp))
@@ -266,6 +285,7 @@ def long_series(spark: SparkSession, settings: Settings) -> dict[str, Any]:
                 jobs.append(result.spark_jobs)
                 if number % 50 == 0 or number == settings.series_runs:
                     print(f"  series run {number}: {result.seconds:.2f}s, {result.spark_jobs} jobs", flush=True)
+                    progress(run_s)
             snapshots = len(world.src.catalog.snapshots("src"))
             deltas = world.src.last_committed().delta_num
         finally:
@@ -273,6 +293,7 @@ def long_series(spark: SparkSession, settings: Settings) -> dict[str, Any]:
     w = settings.series_window
     first, last = statistics.mean(run_s[:w]), statistics.mean(run_s[-w:])
     return {
+        "commit": git_commit(),
         "n": settings.series_n,
         "runs": settings.series_runs,
         "changes_per_run": changes,
@@ -307,12 +328,15 @@ def plot(report: dict[str, Any], path: Path) -> None:
                     f"{report['by_n'][0]['m_updated']} updated")
     by_n.set_ylabel("seconds")
     by_n.legend(fontsize=8)
-    runs = report["series"]["run_s"]
-    series.plot(range(1, len(runs) + 1), runs, linewidth=0.8)
-    series.set_xlabel(f"incremental run ({report['series']['changes_per_run']} changes each), "
-                      f"N = {report['series']['n']}, maintenance on")
-    series.set_ylabel("seconds")
-    series.set_ylim(bottom=0)
+    if "series" in report:
+        runs = report["series"]["run_s"]
+        series.plot(range(1, len(runs) + 1), runs, linewidth=0.8)
+        series.set_xlabel(f"incremental run ({report['series']['changes_per_run']} changes each), "
+                          f"N = {report['series']['n']}, maintenance on")
+        series.set_ylabel("seconds")
+        series.set_ylim(bottom=0)
+    else:
+        series.set_axis_off()
     fig.suptitle(f"copy transformation, {report['machine']['spark_master']}, "
                  f"{report['machine']['cores']} cores: run time against N, and over a long series")
     fig.tight_layout()
@@ -325,6 +349,8 @@ def print_table(report: dict[str, Any]) -> None:
         cells = [f"{row[k]['s']:.2f}/{row[k]['spark_jobs']}"
                  for k in ("initial", "incremental_v2", "incremental_v1", "full_recompute", "floor")]
         print(f"{row['n']:>10} " + " ".join(f"{c:>12}" for c in cells))
+    if "series" not in report:
+        return
     s = report["series"]
     print(f"series: {s['runs']} runs of {s['changes_per_run']} changes at N={s['n']}: first {s['window']} "
           f"{s['first_window_mean_s']:.2f}s, last {s['window']} {s['last_window_mean_s']:.2f}s "
@@ -359,14 +385,24 @@ def main() -> None:
                     "shuffle_partitions": settings.shuffle_partitions},
         "by_n": [],
     }
-    for n in settings.ns:
+    if "by_n" not in settings.parts and (settings.out / "copy_workload.json").exists():
+        # Only the series is re-run: keep the sizes measured before (each names its commit).
+        report["by_n"] = json.loads((settings.out / "copy_workload.json").read_text()).get("by_n", [])
+    for n in settings.ns if "by_n" in settings.parts else []:
         print(f"N = {n} ...", flush=True)
         report["by_n"].append(measure_n(spark, n, settings.m))
         save(report, settings.out)
         print(json.dumps({k: {f: x for f, x in v.items() if f != "jobs"} if isinstance(v, dict) else v
                           for k, v in report["by_n"][-1].items() if k != "maintenance_s"}), flush=True)
-    print(f"long series at N = {settings.series_n} ...", flush=True)
-    report["series"] = long_series(spark, settings)
+    if "series" in settings.parts:
+        print(f"long series at N = {settings.series_n} ...", flush=True)
+
+        def progress(run_s: list[float]) -> None:
+            report["series_so_far"] = {"runs_done": len(run_s), "run_s": [round(x, 3) for x in run_s]}
+            save(report, settings.out)
+
+        report["series"] = long_series(spark, settings, progress)
+        report.pop("series_so_far", None)
     report["total_s"] = round(time.perf_counter() - started, 1)
     save(report, settings.out)
     plot(report, settings.out / "copy_workload.png")
