@@ -316,7 +316,9 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (by_n, series) = plt.subplots(1, 2, figsize=(12, 4.5))
+    with_series = "series" in report
+    fig, axes = plt.subplots(1, 2 if with_series else 1, figsize=(12 if with_series else 6.5, 4.5), squeeze=False)
+    by_n = axes[0][0]
     ns = [row["n"] for row in report["by_n"]]
     for key, label in [("initial", "initial run"), ("incremental_v2", "incremental v2"),
                        ("incremental_v1", "incremental v1"), ("full_recompute", "full recompute"),
@@ -328,17 +330,17 @@ def plot(report: dict[str, Any], path: Path) -> None:
                     f"{report['by_n'][0]['m_updated']} updated")
     by_n.set_ylabel("seconds")
     by_n.legend(fontsize=8)
-    if "series" in report:
+    if with_series:
+        series = axes[0][1]
         runs = report["series"]["run_s"]
         series.plot(range(1, len(runs) + 1), runs, linewidth=0.8)
         series.set_xlabel(f"incremental run ({report['series']['changes_per_run']} changes each), "
                           f"N = {report['series']['n']}, maintenance on")
         series.set_ylabel("seconds")
         series.set_ylim(bottom=0)
-    else:
-        series.set_axis_off()
     fig.suptitle(f"copy transformation, {report['machine']['spark_master']}, "
-                 f"{report['machine']['cores']} cores: run time against N, and over a long series")
+                 f"{report['machine']['cores']} cores: run time against N"
+                 + (", and over a long series" if with_series else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
