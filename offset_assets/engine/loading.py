@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.delta_catalog import DeltaInfo
+from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.table import VersionedTable
 
@@ -40,7 +41,7 @@ class KeyValues:
 
 def _matching(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdown_limit: int) -> DataFrame:
     if len(keys.columns) == 1 and len(keys.rows) <= pushdown_limit:
-        return df.where(F.col(f"`{keys.columns[0]}`").isin([row[0] for row in keys.rows]))
+        return df.where(in_values(keys.columns[0], [row[0] for row in keys.rows]))
     return df.join(F.broadcast(keys.frame(table)), on=list(keys.columns), how="left_semi")
 
 

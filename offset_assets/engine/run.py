@@ -57,6 +57,7 @@ from offset_assets.engine.loading import (
 from offset_assets.engine.meta import ERROR_TEXT_LIMIT, meta_rows, meta_table
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.table import HotDelta, VersionedTable
 
 log = logging.getLogger(__name__)
@@ -421,7 +422,7 @@ class TransformationRun:
         if isinstance(keys, KeyValues) and len(keys.columns) == 1 and len(keys.rows) <= self.engine.pushdown_limit:
             # A filter, not an anti-join: broadcasting even a tiny key relation is a job.
             column = F.col(f"`{keys.columns[0]}`")
-            return output.where(column.isNull() | ~column.isin([row[0] for row in keys.rows]))
+            return output.where(column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows]))
         return output.join(self.batch_keys(batch), on=self.transform_keys, how="left_anti")
 
     def _write_outputs(self, batch: int, outputs: Mapping[str, DataFrame]) -> dict[str, HotDelta]:

@@ -28,6 +28,7 @@ from pyspark.sql.types import DoubleType, LongType, StructType
 
 from offset_assets.control_plane.delta_catalog import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import VersionedTableError
+from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS
 from offset_assets.versioned.table_schema import file_schema
 
@@ -154,7 +155,7 @@ class TableReader:
         for column, values in (row_filter.where_in or {}).items():
             if column not in columns:
                 raise VersionedTableError(self.name, f"where_in column {column!r} is not in {columns}")
-            condition = F.col(f"`{column}`").isin(list(values))
+            condition = in_values(column, values)
             (key_filters if column in self.primary_key else value_filters).append(condition)
         if row_filter.keys is not None:
             on = [c for c in row_filter.keys.columns if c in columns]

@@ -1,0 +1,78 @@
+"""`in_values`: the IN filter of a key lookup, built in one JVM call, selects exactly the
+rows `Column.isin` selects, for every value the engine's keys can hold."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, DateType, DoubleType, LongType, StringType, StructField, StructType
+
+from offset_assets.versioned.in_filter import in_values
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=6) | st.sampled_from(
+    ["", "'", "\\", "\\'", "a'b", "C:\\x", "\\n", "\n", "--", "/*", "é", "日本", "NULL", "'); DROP"]
+)
+INTS = st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.sampled_from(
+    [0, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, -(2**63)]
+)
+FLOATS = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, -0.0, 1e-300, 1e300, 0.1, -2.5])
+CASES = {
+    "text": (StringType(), TEXT),
+    "number": (LongType(), INTS),
+    "real": (DoubleType(), FLOATS),
+    "flag": (BooleanType(), st.booleans()),
+}
+SLOW_EXAMPLES = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def selected(df, condition) -> list:
+    return sorted(row.i for row in df.where(condition).collect())
+
+
+def same_selection(df, wanted) -> tuple[list, list]:
+    """Rows kept by `in_values` and by `isin`, from one Spark job."""
+    both = df.select("i", in_values("c", wanted).alias("ours"), F.col("c").isin(wanted).alias("isin")).collect()
+    return sorted(row.i for row in both if row.ours), sorted(row.i for row in both if row.isin)
+
+
+@pytest.mark.parametrize(("case", "escaped_literals"), [(case, "false") for case in sorted(CASES)] + [("text", "true")])
+def test_in_values_selects_the_rows_isin_selects(spark, case, escaped_literals):
+    data_type, values = CASES[case]
+    schema = StructType([StructField("i", LongType()), StructField("c", data_type)])
+
+    @SLOW_EXAMPLES
+    @given(stored=st.lists(values | st.none(), min_size=1, max_size=8),
+           wanted=st.lists(values | st.none(), min_size=1, max_size=8), reuse=st.integers(0, 3))
+    def check(stored, wanted, reuse):
+        wanted = wanted + stored[:reuse]  # some wanted values are stored, some are not
+        df = spark.createDataFrame(list(enumerate(stored)), schema)
+        ours, theirs = same_selection(df, wanted)
+        assert ours == theirs
+
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", escaped_literals)
+    try:
+        check()
+    finally:
+        spark.conf.unset("spark.sql.parser.escapedStringLiterals")
+
+
+def test_in_values_is_one_sql_expression_for_strings_and_numbers():
+    """Strings with quotes or backslashes are spelled in hex: the same bytes whatever the
+    parser's escape setting."""
+    assert str(in_values("id", ["k1", "it's"])) == (
+        "Column<'`id` IN ('k1', CAST(X'69742773' AS STRING))'>"
+    )
+    assert str(in_values("n", [1, 2**40, -3])) == "Column<'`n` IN (1, 1099511627776L, (-3))'>"
+
+
+def test_values_without_a_safe_literal_fall_back_to_isin(spark):
+    schema = StructType([StructField("i", LongType()), StructField("d", DateType()), StructField("x", DoubleType())])
+    day = datetime.date(2026, 11, 25)
+    df = spark.createDataFrame([(1, day, float("nan")), (2, datetime.date(2020, 1, 1), 1.0)], schema)
+    assert selected(df, in_values("d", [day])) == [1]
+    assert selected(df, in_values("x", [float("nan"), 3.0])) == [1]
+    assert selected(df, in_values("x", [])) == []
