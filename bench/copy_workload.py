@@ -16,15 +16,19 @@ the default policy (timed apart from the runs). Then the long series: R consecut
 incremental runs of C changes at N_series with maintenance on; the time of the last W
 runs against the first W shows whether runs slow down as deltas pile up.
 
-Knobs (environment): BENCH_NS (comma-separated, default 100000,1000000,10000000),
-BENCH_M (10000), BENCH_SERIES_N (1000000), BENCH_SERIES_RUNS (500),
-BENCH_SERIES_CHANGES (100), BENCH_SERIES_WINDOW (50), BENCH_SHUFFLE_PARTITIONS (4),
-BENCH_OUT (docs/bench), BENCH_PARTS (by_n,series: `series` alone re-runs the long series
-and keeps the sizes of the report already in BENCH_OUT; every part records the commit it
-measured). A quick check of the harness:
+The change-size sweep (`by_m`): at N_m rows, incremental v2 runs of M changed keys
+(half new, half updated) for each M, in one world: does a run's cost follow M?
 
-    BENCH_NS=20000 BENCH_M=1000 BENCH_SERIES_N=20000 BENCH_SERIES_RUNS=20 \\
-    BENCH_SERIES_WINDOW=5 BENCH_OUT=/tmp/bench .venv/bin/python -m bench.copy_workload
+Knobs (environment): BENCH_NS (comma-separated, default 100000,1000000,10000000),
+BENCH_M (10000), BENCH_BY_M_N (1000000), BENCH_MS (100,1000,2500,5000,10000,25000,50000),
+BENCH_SERIES_N (1000000), BENCH_SERIES_RUNS (500), BENCH_SERIES_CHANGES (100),
+BENCH_SERIES_WINDOW (50), BENCH_SHUFFLE_PARTITIONS (4), BENCH_OUT (docs/bench),
+BENCH_PARTS (by_n,by_m,series: the parts to run; a part not run keeps what the report
+already in BENCH_OUT holds, and every part records the commit it measured). A quick
+check of the harness:
+
+    BENCH_NS=20000 BENCH_M=1000 BENCH_BY_M_N=20000 BENCH_MS=10,100 BENCH_SERIES_N=20000 \\
+    BENCH_SERIES_RUNS=20 BENCH_SERIES_WINDOW=5 BENCH_OUT=/tmp/bench .venv/bin/python -m bench.copy_workload
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from offset_assets.versioned.maintenance import MaintenancePolicy, maintain
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = StructType([StructField("id", StringType(), False), StructField("v", IntegerType(), True)])
 TRANSFORMATION_ID = "copy_src"
+PARTS = ("by_n", "by_m", "series")
 
 
 def knob(name: str, default: int) -> int:
@@ -74,6 +79,8 @@ def git_commit() -> str | None:
 class Settings:
     ns: list[int]
     m: int
+    by_m_n: int
+    ms: list[int]
     series_n: int
     series_runs: int
     series_changes: int
@@ -88,16 +95,19 @@ class Settings:
         settings = cls(
             ns=[int(n) for n in ns.split(",") if n.strip()],
             m=knob("BENCH_M", 10_000),
+            by_m_n=knob("BENCH_BY_M_N", 1_000_000),
+            ms=[int(m) for m in os.environ.get("BENCH_MS", "100,1000,2500,5000,10000,25000,50000").split(",")
+                if m.strip()],
             series_n=knob("BENCH_SERIES_N", 1_000_000),
             series_runs=knob("BENCH_SERIES_RUNS", 500),
             series_changes=knob("BENCH_SERIES_CHANGES", 100),
             series_window=knob("BENCH_SERIES_WINDOW", 50),
             shuffle_partitions=knob("BENCH_SHUFFLE_PARTITIONS", 4),
             out=Path(os.environ.get("BENCH_OUT", ROOT / "docs" / "bench")),
-            parts=frozenset(p.strip() for p in os.environ.get("BENCH_PARTS", "by_n,series").split(",")),
+            parts=frozenset(p.strip() for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",")),
         )
-        if not settings.parts <= {"by_n", "series"}:
-            raise ValueError(f"BENCH_PARTS={sorted(settings.parts)}: the parts are by_n and series")
+        if not settings.parts <= set(PARTS):
+            raise ValueError(f"BENCH_PARTS={sorted(settings.parts)}: the parts are {', '.join(PARTS)}")
         if 2 * settings.series_window > settings.series_runs:
             raise ValueError(
                 f"BENCH_SERIES_WINDOW={settings.series_window} needs at least "
@@ -261,6 +271,26 @@ def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
     return report
 
 
+def by_change_size(spark: SparkSession, n: int, ms: list[int]) -> dict[str, Any]:
+    """One world of n rows; for each M an incremental v2 run of M changed keys (M/2 new,
+    M/2 updated, two deltas), maintenance after each run as in the sizes."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="bench-by-m-") as tmp:
+        world = CopyWorld(spark, Path(tmp))
+        try:
+            world.load(n)
+            world.maintain()
+            world.run()
+            for m in ms:
+                world.change(m - m // 2, m // 2)
+                run = world.run(change_detection="v2")
+                runs.append(run.as_dict() | {"m": m, "processed_keys": run.value.processed_keys})
+                print(f"  M = {m}: {run.seconds:.2f}s, {run.spark_jobs} jobs", flush=True)
+        finally:
+            world.close()
+    return {"commit": git_commit(), "n": n, "runs": runs}
+
+
 def long_series(spark: SparkSession, settings: Settings,
                 progress: Callable[[list[float]], None] = lambda run_s: None) -> dict[str, Any]:
     """R incremental runs of C changes each (half new, half updated, one delta) with
@@ -316,31 +346,42 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with_series = "series" in report
-    fig, axes = plt.subplots(1, 2 if with_series else 1, figsize=(12 if with_series else 6.5, 4.5), squeeze=False)
-    by_n = axes[0][0]
-    ns = [row["n"] for row in report["by_n"]]
-    for key, label in [("initial", "initial run"), ("incremental_v2", "incremental v2"),
-                       ("incremental_v1", "incremental v1"), ("full_recompute", "full recompute"),
-                       ("floor", "floor (read + write the changes)")]:
-        by_n.plot(ns, [row[key]["s"] for row in report["by_n"]], marker="o", label=label)
-    by_n.set_xscale("log")
-    by_n.set_yscale("log")
-    by_n.set_xlabel(f"rows in src (N); each round {report['by_n'][0]['m_new']} new + "
-                    f"{report['by_n'][0]['m_updated']} updated")
-    by_n.set_ylabel("seconds")
-    by_n.legend(fontsize=8)
-    if with_series:
-        series = axes[0][1]
+    panels = [part for part in PARTS if report.get(part)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    axis = dict(zip(panels, axes[0], strict=True))
+    if "by_n" in axis:
+        by_n = axis["by_n"]
+        ns = [row["n"] for row in report["by_n"]]
+        for key, label in [("initial", "initial run"), ("incremental_v2", "incremental v2"),
+                           ("incremental_v1", "incremental v1"), ("full_recompute", "full recompute"),
+                           ("floor", "floor (read + write the changes)")]:
+            by_n.plot(ns, [row[key]["s"] for row in report["by_n"]], marker="o", label=label)
+        by_n.set_xscale("log")
+        by_n.set_yscale("log")
+        by_n.set_xlabel(f"rows in src (N); each round {report['by_n'][0]['m_new']} new + "
+                        f"{report['by_n'][0]['m_updated']} updated")
+        by_n.set_ylabel("seconds")
+        by_n.legend(fontsize=8)
+    if "by_m" in axis:
+        by_m = axis["by_m"]
+        runs = report["by_m"]["runs"]
+        by_m.plot([r["m"] for r in runs], [r["s"] for r in runs], marker="o", label="incremental v2")
+        by_m.set_xscale("log")
+        by_m.set_xlabel(f"changed keys per run (M), N = {report['by_m']['n']}")
+        by_m.set_ylabel("seconds")
+        by_m.set_ylim(bottom=0)
+        by_m.legend(fontsize=8)
+    if "series" in axis:
+        series = axis["series"]
         runs = report["series"]["run_s"]
         series.plot(range(1, len(runs) + 1), runs, linewidth=0.8)
         series.set_xlabel(f"incremental run ({report['series']['changes_per_run']} changes each), "
                           f"N = {report['series']['n']}, maintenance on")
         series.set_ylabel("seconds")
         series.set_ylim(bottom=0)
+    against = {"by_n": "against N", "by_m": "against M", "series": "over a long series"}
     fig.suptitle(f"copy transformation, {report['machine']['spark_master']}, "
-                 f"{report['machine']['cores']} cores: run time against N"
-                 + (", and over a long series" if with_series else ""), fontsize=10)
+                 f"{report['machine']['cores']} cores: run time " + ", ".join(against[p] for p in panels), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -351,6 +392,9 @@ def print_table(report: dict[str, Any]) -> None:
         cells = [f"{row[k]['s']:.2f}/{row[k]['spark_jobs']}"
                  for k in ("initial", "incremental_v2", "incremental_v1", "full_recompute", "floor")]
         print(f"{row['n']:>10} " + " ".join(f"{c:>12}" for c in cells))
+    if "by_m" in report:
+        print(f"by M at N={report['by_m']['n']}: " + ", ".join(
+            f"M={r['m']} {r['s']:.2f}s/{r['spark_jobs']}" for r in report["by_m"]["runs"]))
     if "series" not in report:
         return
     s = report["series"]
@@ -387,15 +431,21 @@ def main() -> None:
                     "shuffle_partitions": settings.shuffle_partitions},
         "by_n": [],
     }
-    if "by_n" not in settings.parts and (settings.out / "copy_workload.json").exists():
-        # Only the series is re-run: keep the sizes measured before (each names its commit).
-        report["by_n"] = json.loads((settings.out / "copy_workload.json").read_text()).get("by_n", [])
+    earlier = settings.out / "copy_workload.json"
+    if earlier.exists():
+        # Parts not re-run keep what was measured before (each names its commit).
+        kept = json.loads(earlier.read_text())
+        report.update({part: kept[part] for part in PARTS if part not in settings.parts and part in kept})
     for n in settings.ns if "by_n" in settings.parts else []:
         print(f"N = {n} ...", flush=True)
         report["by_n"].append(measure_n(spark, n, settings.m))
         save(report, settings.out)
         print(json.dumps({k: {f: x for f, x in v.items() if f != "jobs"} if isinstance(v, dict) else v
                           for k, v in report["by_n"][-1].items() if k != "maintenance_s"}), flush=True)
+    if "by_m" in settings.parts:
+        print(f"change sizes at N = {settings.by_m_n} ...", flush=True)
+        report["by_m"] = by_change_size(spark, settings.by_m_n, settings.ms)
+        save(report, settings.out)
     if "series" in settings.parts:
         print(f"long series at N = {settings.series_n} ...", flush=True)
 

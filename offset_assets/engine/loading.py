@@ -23,7 +23,7 @@ from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.table import VersionedTable
 
-DEFAULT_PUSHDOWN_LIMIT = 10_000
+DEFAULT_PUSHDOWN_LIMIT = 2_000
 
 
 @dataclass(frozen=True)
