@@ -43,6 +43,25 @@ def test_a_run_with_nothing_to_do_starts_no_spark_job(spark, sqlite_url, warehou
     assert engine.changed_keys(copy, change_detection="v1").count() == 0
 
 
+def test_a_complete_v1_run_settles_its_snapshot_so_the_next_idle_run_starts_no_spark_job(
+        spark, sqlite_url, warehouse):
+    plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
+    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    engine = IncrementalEngine(spark, plane)
+    engine.run_full(copy)
+    src.write_delta(spark.createDataFrame([("7", 70), ("60", 60)], SRC))
+    assert engine.run_full(copy, change_detection="v1").processed_keys == 2
+
+    with count_spark_jobs(spark) as jobs:
+        result = engine.run_full(copy)
+
+    assert jobs.count == 0, jobs.describe()
+    assert result.changed_keys == 0
+    src.write_delta(spark.createDataFrame([("7", 700)], SRC))
+    assert engine.run_full(copy).processed_keys == 1
+    assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
+
+
 def test_an_incremental_copy_run_costs_at_most_8_spark_jobs(spark, sqlite_url, warehouse):
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(spark.createDataFrame([(str(i), i) for i in range(200)], SRC))

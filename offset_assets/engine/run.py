@@ -511,7 +511,8 @@ class TransformationRun:
             plan.final = True
             plan.complete_request_ts = self.request_ts
             plan.drop_failed_deltas = self._listed_failures
-            plan.settled = dict(self.snapshot.deltas) if self.change_detection == "v2" else None
+            # v1 as well as v2: a complete run of either processed every change up to its snapshot.
+            plan.settled = dict(self.snapshot.deltas)
         meta_hot = None
         try:
             if meta:
