@@ -14,7 +14,8 @@ from pyspark.sql.types import BooleanType, DateType, DoubleType, LongType, Strin
 from offset_assets.versioned.in_filter import in_values
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=6) | st.sampled_from(
-    ["", "'", "\\", "\\'", "a'b", "C:\\x", "\\n", "\n", "--", "/*", "é", "日本", "NULL", "'); DROP"]
+    ["", "'", "\\", "\\'", "a'b", "C:\\x", "\\n", "\n", "--", "/*", "é", "日本", "NULL", "'); DROP",
+     "${spark.sql.shuffle.partitions}", "${env:HOME}", "$", "2"]
 )
 INTS = st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.sampled_from(
     [0, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, -(2**63)]
@@ -76,3 +77,13 @@ def test_values_without_a_safe_literal_fall_back_to_isin(spark):
     assert selected(df, in_values("d", [day])) == [1]
     assert selected(df, in_values("x", [float("nan"), 3.0])) == [1]
     assert selected(df, in_values("x", [])) == []
+
+
+def test_a_key_that_looks_like_a_spark_variable_is_not_substituted(spark):
+    """Spark replaces `${name}` in SQL text by a conf value before parsing: such a key
+    must still match only itself."""
+    keys = ["${spark.sql.shuffle.partitions}", "${env:HOME}", spark.conf.get("spark.sql.shuffle.partitions")]
+    df = spark.createDataFrame(list(enumerate(keys)), "i long, c string")
+    assert selected(df, in_values("c", keys[:1])) == [0]
+    assert selected(df, in_values("c", keys[1:2])) == [1]
+    assert selected(df, in_values("c", keys[2:])) == [2]
