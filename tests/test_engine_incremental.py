@@ -8,7 +8,7 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.errors import LeaseHeldError
-from tests.engine_story import make_world, rows_of
+from tests.engine_story import enrich, make_world, rows_of
 
 
 @pytest.fixture
@@ -125,6 +125,30 @@ def test_failing_batch_is_recorded_and_retried_by_the_next_run(world, engine):
     assert len(rows_of(world.enriched.read_actual())) == 2
     second = engine.run_full(t)
     assert second.changed_keys == 2 and second.failed_keys == 0
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+
+
+@pytest.mark.parametrize("limits", [{}, {"pushdown_limit": 0}, {"driver_keys_limit": 1}],
+                         ids=["keys-in-filter", "keys-joined", "keys-distributed"])
+def test_an_output_row_for_a_key_the_batch_did_not_process_fails_that_batch_only(spark, world, limits):
+    """Post 12's batch also yields a row for post 112, a key it was not given: that batch
+    is refused whole (no row of 12, 13 or 112), recorded as failed and retried."""
+    seed(world)
+    engine = IncrementalEngine(spark, world.posts.plane, **limits)
+
+    def strays_for_post_12(posts, profiles):
+        out = enrich(posts, profiles)
+        extra = out.where("post_id = 12").selectExpr("post_id + 100 AS post_id", "user_id", "text", "author")
+        return out.unionByName(extra)
+
+    first = engine.run_full(world.enriched_transformation(func=strays_for_post_12, batch_size=2))
+
+    assert (first.processed_keys, first.failed_keys) == (2, 2)
+    assert "output 'enriched_posts' has a row for transform key {'post_id': 112}" in first.errors[0]
+    assert "that this batch did not process" in first.errors[0]
+    assert {row[0] for row in rows_of(world.enriched.read_actual())} == {10, 11}
+    second = engine.run_full(world.enriched_transformation(batch_size=2))
+    assert (second.changed_keys, second.failed_keys) == (2, 0)
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
 
 

@@ -59,8 +59,12 @@ from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.table import HotDelta, VersionedTable
+from offset_assets.versioned.writes import Refusal
 
 log = logging.getLogger(__name__)
+
+# Columns the run adds to an output while writing it (never stored).
+STRAY, IN_BATCH = "__outside_batch", "__in_batch"
 
 KeysLike = DataFrame | Sequence[Mapping[str, Any]]
 
@@ -405,25 +409,22 @@ class TransformationRun:
                 raise TransformationOutputError(
                     f"transformation {tid!r}: output {name!r} lacks column(s) {missing}"
                 )
-            df = self._persist(df.select(*table.data_columns))
-            stray = self._stray_rows(df, batch)
-            if stray.count():
-                example = stray.select(*self.transform_keys).first().asDict()
-                raise TransformationOutputError(
-                    f"transformation {tid!r}: output {name!r} has a row for transform key "
-                    f"{example} that this batch did not process"
-                )
-            evaluated[name] = df
+            evaluated[name] = self._persist(df.select(*table.data_columns))
         return evaluated
 
-    def _stray_rows(self, output: DataFrame, batch: int) -> DataFrame:
-        """Output rows whose transform key is not one of the batch's keys."""
+    def _flag_stray_rows(self, output: DataFrame, batch: int) -> DataFrame:
+        """`output` with a column STRAY: true where the row's transform key is not one of
+        the batch's keys. The write refuses such rows (`Refusal`) within its own
+        classification, so the check costs no Spark job of its own."""
         keys = self._batch(batch)
         if isinstance(keys, KeyValues) and len(keys.columns) == 1 and len(keys.rows) <= self.engine.pushdown_limit:
-            # A filter, not an anti-join: broadcasting even a tiny key relation is a job.
+            # A filter, not a join: broadcasting even a tiny key relation is a job.
             column = F.col(f"`{keys.columns[0]}`")
-            return output.where(column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows]))
-        return output.join(self.batch_keys(batch), on=self.transform_keys, how="left_anti")
+            return output.withColumn(
+                STRAY, column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows]))
+        in_batch = self.batch_keys(batch).withColumn(IN_BATCH, F.lit(True))
+        joined = output.join(in_batch, on=self.transform_keys, how="left")
+        return joined.withColumn(STRAY, F.col(IN_BATCH).isNull()).drop(IN_BATCH)
 
     def _write_outputs(self, batch: int, outputs: Mapping[str, DataFrame]) -> dict[str, HotDelta]:
         """Write each output's replacement of the batch's keys into its hot delta."""
@@ -442,7 +443,7 @@ class TransformationRun:
                     hot = self._output_hots[name]
                 hots[name] = hot
                 savepoints[name] = hot.savepoint()
-                stats[name] = self._write_replacement(hot, table, df, self._batch(batch))
+                stats[name] = self._write_replacement(hot, table, df, batch)
         except BaseException:
             # The other outputs of a failed batch must not keep its rows: end mode undoes
             # this batch's writes in the run's hot deltas, batch mode drops its own.
@@ -456,11 +457,11 @@ class TransformationRun:
             self.result.add_written(name, written.rows_upserted, written.rows_deleted)
         return hots
 
-    def _write_replacement(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
-                           keys: KeyValues | DataFrame) -> Any:
+    def _write_replacement(self, hot: HotDelta, table: VersionedTable, new: DataFrame, batch: int) -> Any:
         """The processed keys' new output, plus deletes of their previous output rows that
-        the new output no longer has: one write of upserts and tombstones."""
-        previous = self._read_for_keys(table, keys, None).persist(StorageLevel.MEMORY_AND_DISK)
+        the new output no longer has: one write of upserts and tombstones. A row for a
+        transform key the batch did not process refuses the write."""
+        previous = self._read_for_keys(table, self._batch(batch), None).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             pk = list(table.primary_key)
             gone = previous.select(*pk).join(new.select(*pk), on=pk, how="left_anti")
@@ -468,13 +469,22 @@ class TransformationRun:
                 *[F.col(c) if c in pk else F.lit(None).cast(table.schema[c].dataType).alias(c)
                   for c in table.data_columns],
                 F.lit(1).alias("sys_op"),
+                F.lit(False).alias(STRAY),
             )
-            rows = new.withColumn("sys_op", F.lit(0)).unionByName(deletes)
+            rows = self._flag_stray_rows(new, batch).withColumn("sys_op", F.lit(0)).unionByName(deletes)
             # Every written key's actual row belongs to a processed key when the output's
             # primary key holds the transform keys: the read above is then the whole
             # candidate set and the write reads nothing more.
             actual = previous if set(self.transform_keys) <= set(pk) else None
-            return hot.write(rows, actual=actual)
+            tid = self.t.transformation_id
+
+            def stray_error(example: dict) -> Exception:
+                return TransformationOutputError(
+                    f"transformation {tid!r}: output {table.name!r} has a row for transform key "
+                    f"{example} that this batch did not process"
+                )
+
+            return hot.write(rows, actual=actual, refusal=Refusal(STRAY, self.transform_keys, stray_error))
         finally:
             previous.unpersist()
 

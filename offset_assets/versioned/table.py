@@ -51,7 +51,7 @@ from offset_assets.versioned.layout import (
 )
 from offset_assets.versioned.reads import ActualFilter, TableReader
 from offset_assets.versioned.table_schema import conform, evolve, validate_definition
-from offset_assets.versioned.writes import WriteStats
+from offset_assets.versioned.writes import Refusal, WriteStats
 
 __all__ = ["HotDelta", "VersionedTable", "WriteStats"]
 
@@ -266,14 +266,18 @@ class HotDelta:
     def __repr__(self) -> str:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
-    def write(self, df: DataFrame, actual: DataFrame | None = None) -> WriteStats:
+    def write(self, df: DataFrame, actual: DataFrame | None = None, refusal: Refusal | None = None) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `actual`: the caller's read of the actual rows (data columns, sys_op, sys_from) of
         at least the keys it writes, when it has one (the engine read them to find the
-        rows a processed key no longer yields): the write then reads nothing else."""
+        rows a processed key no longer yields): the write then reads nothing else.
+        `refusal`: rows the caller refuses (flagged in a column of `df`); one refuses the
+        whole write, like bad input."""
         self._check_open("write to")
-        return self._write(conform(self.table.name, df, self.table.schema, self.table.primary_key), actual)
+        table = self.table
+        keep = [refusal.column] if refusal else []
+        return self._write(conform(table.name, df, table.schema, table.primary_key, keep=keep), actual, refusal)
 
     def write_new_versions(self, df: DataFrame, rows: int) -> WriteStats:
         """Append `rows` upserts that the caller knows are new states of distinct keys not
@@ -326,7 +330,8 @@ class HotDelta:
         others = [c for c in table.data_columns if c not in table.primary_key]
         return self._write(conform(table.name, keys, table.schema, table.primary_key, others))
 
-    def _write(self, incoming: DataFrame, actual: DataFrame | None = None) -> WriteStats:
+    def _write(self, incoming: DataFrame, actual: DataFrame | None = None,
+               refusal: Refusal | None = None) -> WriteStats:
         table = self.table
         # Persisted: the incoming keys select the candidate actual versions (a semi-join)
         # and the rows are classified, without computing the caller's DataFrame twice.
@@ -337,11 +342,12 @@ class HotDelta:
             else:
                 candidates = actual.select(*table.data_columns, SYS_OP, "sys_from")
             classified = writes.classify(
-                incoming, self._prior_states(), candidates, table.schema, table.primary_key
+                incoming, self._prior_states(), candidates, table.schema, table.primary_key,
+                refused=refusal.column if refusal else None,
             ).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 counts = {row[0]: row[1] for row in classified.groupBy(writes.KIND).count().collect()}
-                self._refuse_bad_rows(classified, counts)
+                self._refuse_bad_rows(classified, counts, refusal)
                 stats = WriteStats(
                     counts.get(writes.UPSERT, 0),
                     counts.get(writes.DELETE, 0),
@@ -377,9 +383,12 @@ class HotDelta:
         paths = ([snapshot.data_path] if snapshot else []) + [d.data_path for d in after]
         return table.reader.scan(paths).join(keys, on=table.primary_key, how="left_semi")
 
-    def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int]) -> None:
+    def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int], refusal: Refusal | None) -> None:
         table = self.table
         pk = table.primary_key
+        if refusal is not None and counts.get(writes.REFUSED):
+            example = classified.where(F.col(writes.KIND) == writes.REFUSED).select(*refusal.example_columns)
+            raise refusal.error(example.first().asDict())
 
         def rows_of(kind: str, *columns: str) -> list[dict]:
             found = classified.where(F.col(writes.KIND) == kind).select(*columns).distinct()

@@ -157,8 +157,10 @@ def conform(
     schema: StructType,
     primary_key: Sequence[str],
     columns_allowed_missing: Sequence[str] = (),
+    keep: Sequence[str] = (),
 ) -> DataFrame:
-    """`df` as the table's data columns (cast to their types) plus `sys_op` (0 when absent).
+    """`df` as the table's data columns (cast to their types) plus `sys_op` (0 when absent),
+    and the caller's own `keep` columns as they are.
 
     Refuses a missing primary-key or data column, an extra column, or a type that does
     not convert without loss; the error names the table and the columns.
@@ -170,7 +172,7 @@ def conform(
     missing = [c for c in schema.fieldNames() if c not in given and c not in columns_allowed_missing]
     if missing:
         raise SchemaMismatchError(table, f"missing column(s) {missing}")
-    extra = [c for c in given if c not in schema.fieldNames() and c != SYS_OP]
+    extra = [c for c in given if c not in schema.fieldNames() and c != SYS_OP and c not in keep]
     if extra:
         raise SchemaMismatchError(
             table,
@@ -189,4 +191,4 @@ def conform(
         (F.col(f"`{f.name}`") if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields
     ]
     sys_op = F.col(SYS_OP).cast(IntegerType()) if SYS_OP in given else F.lit(0)
-    return df.select(*columns, sys_op.alias(SYS_OP))
+    return df.select(*columns, sys_op.alias(SYS_OP), *[F.col(f"`{c}`") for c in keep])

@@ -2,6 +2,8 @@
 
 Each incoming row is first reduced to its *state*: the data columns and sys_op, with the
 non-key columns of a delete ignored (a delete is about a key). Then, per row:
+- a row the caller flags as refused (`Refusal`: the engine's rows for a
+  transform key the batch did not process)                            -> refused;
 - bad input (null key, null in a non-nullable column, sys_op not 0/1)  -> refused;
 - two different states of one key in this write, or a state different from the one an
   earlier write gave the key in the same hot delta                      -> refused;
@@ -18,7 +20,7 @@ grouped by one shuffle, which yields its distinct states (exact duplicates colla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -30,11 +32,11 @@ from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_O
 
 KIND = "__kind"
 BAD_OP_VALUE = "__bad_op"
-BAD_KEY, BAD_NULL, BAD_OP = "bad_key", "bad_null", "bad_op"
+REFUSED, BAD_KEY, BAD_NULL, BAD_OP = "refused", "bad_key", "bad_null", "bad_op"
 CONFLICT_IN_WRITE, CONFLICT_IN_DELTA = "conflict_in_write", "conflict_in_delta"
 SEEN, UNCHANGED, UPSERT, DELETE = "seen", "unchanged", "upsert", "delete"
 PRIOR, ACTUAL = "__prior", "__actual"
-_INCOMING, _STATES, _BAD_NULL = "__incoming", "__states", "__bad_null"
+_INCOMING, _STATES, _BAD_NULL, _REFUSED = "__incoming", "__states", "__bad_null", "__refused"
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,20 @@ class WriteStats:
     rows_unchanged: int = 0
 
 
-def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str]) -> DataFrame:
-    """Data columns and sys_op, with non-key columns nulled for deletes."""
+@dataclass(frozen=True)
+class Refusal:
+    """Rows the caller refuses in one write: those whose boolean column `column` is true.
+    They refuse the whole write, found by the write's own classification (no Spark job of
+    their own) before any file is written; `error` builds the exception from
+    `example_columns` of one such row."""
+
+    column: str
+    example_columns: Sequence[str]
+    error: Callable[[dict], Exception]
+
+
+def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str], keep: Sequence[str] = ()) -> DataFrame:
+    """Data columns and sys_op, with non-key columns nulled for deletes (and `keep`)."""
     is_delete = F.col(SYS_OP) == OP_DELETE
     columns = [
         F.col(f"`{f.name}`")
@@ -55,7 +69,7 @@ def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str]) -> D
         else F.when(is_delete, F.lit(None).cast(f.dataType)).otherwise(F.col(f"`{f.name}`")).alias(f.name)
         for f in schema.fields
     ]
-    return df.select(*columns, F.col(SYS_OP))
+    return df.select(*columns, F.col(SYS_OP), *[F.col(f"`{c}`") for c in keep])
 
 
 def classify(
@@ -64,6 +78,7 @@ def classify(
     candidates: DataFrame | None,
     schema: StructType,
     primary_key: Sequence[str],
+    refused: str | None = None,
 ) -> DataFrame:
     """One row per incoming key: its state, a `__kind`, and the actual version (`__actual`,
     whose data a tombstone carries).
@@ -73,7 +88,8 @@ def classify(
     snapshot's and those of later deltas; None: nothing committed). All three are
     grouped by key in one shuffle: the incoming states of a key are collected as a set
     (duplicates collapse), and the actual version is the candidate with the highest
-    sys_from (max of a struct that starts with sys_from).
+    sys_from (max of a struct that starts with sys_from). `refused`: a boolean column of
+    `incoming` marking rows the caller refuses (a key with such a row is `refused`).
     """
     values = [f.name for f in schema.fields if f.name not in primary_key]
     state_columns = values + [SYS_OP]
@@ -86,9 +102,11 @@ def classify(
     def struct_of(columns: Sequence[str]) -> Column:
         return F.struct(*[F.col(f"`{c}`") for c in columns])
 
+    flag = [F.coalesce(F.col(f"`{refused}`"), F.lit(False)).cast("int").alias(_REFUSED)] if refused else []
     parts = [
-        state_of(incoming, schema, primary_key).select(
-            *keys, struct_of(state_columns).alias(_INCOMING), bad_op.alias(BAD_OP_VALUE), bad_null.alias(_BAD_NULL)
+        state_of(incoming, schema, primary_key, keep=[refused] if refused else []).select(
+            *keys, struct_of(state_columns).alias(_INCOMING), bad_op.alias(BAD_OP_VALUE), bad_null.alias(_BAD_NULL),
+            *flag,
         )
     ]
     if prior is not None:
@@ -100,6 +118,7 @@ def classify(
         F.collect_set(_INCOMING).alias(_STATES),
         F.max(BAD_OP_VALUE).alias(BAD_OP_VALUE),
         F.max(_BAD_NULL).alias(_BAD_NULL),
+        *([F.max(_REFUSED).alias(_REFUSED)] if refused else []),
     ]
     aggregates += [F.max(c).alias(c) for c in (PRIOR, ACTUAL) if c in union.columns]
     grouped = union.groupBy(*keys).agg(*aggregates).where(F.size(_STATES) > 0)
@@ -109,9 +128,10 @@ def classify(
         *[c for c in grouped.columns if c not in primary_key],
     )
 
+    null_key = _any([F.col(f"`{c}`").isNull() for c in primary_key])
+    kind = F.when(F.col(_REFUSED) == 1, REFUSED).when(null_key, BAD_KEY) if refused else F.when(null_key, BAD_KEY)
     kind = (
-        F.when(_any([F.col(f"`{c}`").isNull() for c in primary_key]), BAD_KEY)
-        .when(F.col(BAD_OP_VALUE).isNotNull(), BAD_OP)
+        kind.when(F.col(BAD_OP_VALUE).isNotNull(), BAD_OP)
         .when(F.col(_BAD_NULL) == 1, BAD_NULL)
         .when(F.size(_STATES) > 1, CONFLICT_IN_WRITE)
     )
