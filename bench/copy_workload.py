@@ -21,6 +21,7 @@ The change-size sweep (`by_m`): at N_m rows, incremental v2 runs of M changed ke
 
 Knobs (environment): BENCH_NS (comma-separated, default 100000,1000000,10000000),
 BENCH_M (10000), BENCH_BY_M_N (1000000), BENCH_MS (100,1000,2500,5000,10000,25000,50000),
+BENCH_BY_M_BASELINE (a report of another commit whose sweep the plot draws beside this one),
 BENCH_SERIES_N (1000000), BENCH_SERIES_RUNS (500), BENCH_SERIES_CHANGES (100),
 BENCH_SERIES_WINDOW (50), BENCH_SHUFFLE_PARTITIONS (4), BENCH_OUT (docs/bench),
 BENCH_PARTS (by_n,by_m,series: the parts to run; a part not run keeps what the report
@@ -365,7 +366,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
     if "by_m" in axis:
         by_m = axis["by_m"]
         runs = report["by_m"]["runs"]
-        by_m.plot([r["m"] for r in runs], [r["s"] for r in runs], marker="o", label="incremental v2")
+        by_m.plot([r["m"] for r in runs], [r["s"] for r in runs], marker="o",
+                  label=f"incremental v2 (commit {report['by_m']['commit']})")
+        if "by_m_baseline" in report:
+            base = report["by_m_baseline"]
+            by_m.plot([r["m"] for r in base["runs"]], [r["s"] for r in base["runs"]], marker="o", linestyle="--",
+                      label=f"incremental v2 (commit {base['commit']})")
         by_m.set_xscale("log")
         by_m.set_xlabel(f"changed keys per run (M), N = {report['by_m']['n']}")
         by_m.set_ylabel("seconds")
@@ -436,6 +442,8 @@ def main() -> None:
         # Parts not re-run keep what was measured before (each names its commit).
         kept = json.loads(earlier.read_text())
         report.update({part: kept[part] for part in PARTS if part not in settings.parts and part in kept})
+        if "by_m" not in settings.parts and "by_m_baseline" in kept:
+            report["by_m_baseline"] = kept["by_m_baseline"]
     for n in settings.ns if "by_n" in settings.parts else []:
         print(f"N = {n} ...", flush=True)
         report["by_n"].append(measure_n(spark, n, settings.m))
@@ -445,6 +453,9 @@ def main() -> None:
     if "by_m" in settings.parts:
         print(f"change sizes at N = {settings.by_m_n} ...", flush=True)
         report["by_m"] = by_change_size(spark, settings.by_m_n, settings.ms)
+        if os.environ.get("BENCH_BY_M_BASELINE"):
+            # Another commit's sweep (its report), drawn beside this one: what a change did.
+            report["by_m_baseline"] = json.loads(Path(os.environ["BENCH_BY_M_BASELINE"]).read_text())["by_m"]
         save(report, settings.out)
     if "series" in settings.parts:
         print(f"long series at N = {settings.series_n} ...", flush=True)
