@@ -4,6 +4,7 @@ rows `Column.isin` selects, for every value the engine's keys can hold."""
 from __future__ import annotations
 
 import datetime
+import enum
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -68,6 +69,7 @@ def test_in_values_is_one_sql_expression_for_strings_and_numbers():
         "Column<'`id` IN ('k1', CAST(X'69742773' AS STRING))'>"
     )
     assert str(in_values("n", [1, 2**40, -3])) == "Column<'`n` IN (1, 1099511627776L, (-3))'>"
+    assert str(in_values("n", [enum.IntFlag("Bits", "A B")(2)])) == "Column<'`n` IN (2)'>"
 
 
 def test_values_without_a_safe_literal_fall_back_to_isin(spark):

@@ -45,15 +45,18 @@ def _literal(value: object) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
+        value = int(value)  # a subclass (an IntEnum, say) may print itself otherwise
         if _INT_MIN <= value <= _INT_MAX:
             return f"({value})" if value < 0 else str(value)
         if _LONG_MIN <= value <= _LONG_MAX:
             return f"({value}L)" if value < 0 else f"{value}L"
         return None
     if isinstance(value, float):
+        value = float(value)
         # repr() of a float is the shortest text that parses back to the same double.
         return f"({value!r}D)" if math.isfinite(value) else None
     if isinstance(value, str):
+        value = str.__str__(value)
         if not _NEEDS_HEX.search(value):
             return f"'{value}'"
         # A quote or a backslash needs an escape, and whether Spark reads `\` as one
