@@ -38,9 +38,14 @@ class KeyValues:
         schema = StructType([table.schema[c] for c in self.columns])
         return table.spark.createDataFrame(list(self.rows), schema)
 
+    def fit_in_filter(self, pushdown_limit: int) -> bool:
+        """True when the keys are looked up by an IN filter (one column, few values), not
+        by a semi-join."""
+        return len(self.columns) == 1 and len(self.rows) <= pushdown_limit
+
 
 def _matching(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdown_limit: int) -> DataFrame:
-    if len(keys.columns) == 1 and len(keys.rows) <= pushdown_limit:
+    if keys.fit_in_filter(pushdown_limit):
         return df.where(in_values(keys.columns[0], [row[0] for row in keys.rows]))
     return df.join(F.broadcast(keys.frame(table)), on=list(keys.columns), how="left_semi")
 
@@ -50,7 +55,7 @@ def read_actual_of_keys(table: VersionedTable, keys: KeyValues, as_of_delta: int
     """Actual rows of `table` (as of `as_of_delta`) whose `keys.columns` hold one of the keys."""
     if not keys.rows:
         return table.read_actual(as_of_delta=as_of_delta).where(F.lit(False))
-    if len(keys.columns) == 1 and len(keys.rows) <= pushdown_limit:
+    if keys.fit_in_filter(pushdown_limit):
         return table.read_actual(as_of_delta=as_of_delta, where_in={keys.columns[0]: [r[0] for r in keys.rows]})
     return table.read_actual(as_of_delta=as_of_delta, keys=F.broadcast(keys.frame(table)))
 

@@ -417,7 +417,7 @@ class TransformationRun:
         the batch's keys. The write refuses such rows (`Refusal`) within its own
         classification, so the check costs no Spark job of its own."""
         keys = self._batch(batch)
-        if isinstance(keys, KeyValues) and len(keys.columns) == 1 and len(keys.rows) <= self.engine.pushdown_limit:
+        if isinstance(keys, KeyValues) and keys.fit_in_filter(self.engine.pushdown_limit):
             # A filter, not a join: broadcasting even a tiny key relation is a job.
             column = F.col(f"`{keys.columns[0]}`")
             return output.withColumn(
