@@ -98,6 +98,16 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Running, not a zombie: a JVM this process started and has not reaped yet stays a
+    zombie after it exits, and `os.kill(pid, 0)` still succeeds on it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _stop(pid: int, timeout: float = 15.0) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
@@ -105,9 +115,7 @@ def _stop(pid: int, timeout: float = 15.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _alive(pid):
             return
         time.sleep(0.2)
     try:
@@ -175,9 +183,11 @@ class SparkCluster:
         for worker in self.workers:
             executors = children_of(worker.pid)
             _stop(worker.pid)
+            worker.wait(timeout=10)
             for pid in executors:
                 _stop(pid, timeout=5)
         _stop(self.master.pid)
+        self.master.wait(timeout=10)
 
 
 @dataclass
@@ -228,6 +238,7 @@ class ConnectServer:
 
     def stop(self) -> None:
         _stop(self.process.pid)
+        self.process.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
