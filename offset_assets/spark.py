@@ -142,5 +142,12 @@ LOCAL_TEST_CONF = {
     "spark.ui.showConsoleProgress": "false",
     # Tiny test data: adaptive execution only adds jobs (measured: 54 -> 36 Spark jobs per run).
     "spark.sql.adaptive.enabled": "false",
+    # Tiny test data: expressions are evaluated, not compiled. Every query of the engine
+    # holds new delta numbers and key values as literals, which Spark inlines into the
+    # Java code it generates, so nearly every query compiled (and JIT-compiled) fresh
+    # code: 30% of a small run's wall time (measured). Spark documents this setting as
+    # internal; its interpreted path is the one Spark falls back to itself. The cluster
+    # and Spark Connect tests run their own JVMs with code generation on.
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.driver.memory": "2g",
 }
