@@ -137,7 +137,8 @@ class ExactnessMachine(RuleBasedStateMachine):
     def start_with_six_posts_of_three_users_processed_once(self, target_name: str) -> None:
         # Every history of a target starts from the same state. It is built (and checked)
         # once per target and copied for the next histories, at the same place, so the
-        # catalog's file paths stay valid: a third of a history's time was this set-up.
+        # catalog's file paths stay valid: the set-up (two writes and a first run) was about
+        # a third of a history (estimated from its Spark jobs and times, not measured apart).
         self.tmp = ExactnessMachine.workdir
         self.url = f"sqlite:///{self.tmp}/cp.db"
         database.forget(self.url)
