@@ -83,29 +83,32 @@ def _launch(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen
                                 stdin=subprocess.DEVNULL)
 
 
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    """The state letter and parent PID of a process from /proc (None once it is gone).
+    An exited child that its parent has not reaped yet stays there as a zombie ("Z")."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, parent = stat.rsplit(")", 1)[1].split()[:2]
+    return state, int(parent)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie: `os.kill(pid, 0)` still succeeds on a zombie."""
+    found = _state_and_parent(pid)
+    return found is not None and found[0] != "Z"
+
+
 def children_of(pid: int) -> list[int]:
     """Live PIDs whose parent is `pid` (a worker's executor JVMs)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            state, parent = stat.rsplit(")", 1)[1].split()[:2]
-            if int(parent) == pid and state != "Z":  # a killed child stays a zombie until reaped
+            process = _state_and_parent(int(entry.name))
+            if process is not None and process[0] != "Z" and process[1] == pid:
                 found.append(int(entry.name))
     return found
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie: a JVM this process started and has not reaped yet stays a
-    zombie after it exits, and `os.kill(pid, 0)` still succeeds on it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _stop(pid: int, timeout: float = 15.0) -> None:
