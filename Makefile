@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # The Dagster instance is configured by ./dagster.yaml (its files go to .dagster_home/).
 export DAGSTER_HOME ?= $(CURDIR)
 
-.PHONY: install demo test exactness dev bench lint check-java clean
+.PHONY: install demo test exactness dev bench bench-cluster lint check-java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; offset-assets needs Python 3.11 (set PYTHON=...)" >&2; exit 1; }
@@ -36,6 +36,11 @@ dev: install check-java
 
 bench: install check-java
 	$(BIN)/python -m bench.run
+
+# The copy workload's sizes on a throwaway standalone cluster (a master and one worker
+# started from the pyspark wheel): the driver and the executor are separate JVMs.
+bench-cluster: install check-java
+	BENCH_MASTER=standalone BENCH_PARTS=by_n BENCH_OUT=docs/bench/cluster $(BIN)/python -m bench.copy_workload
 
 lint: install
 	$(BIN)/ruff check offset_assets assets_defs tests bench

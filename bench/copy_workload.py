@@ -25,8 +25,11 @@ BENCH_BY_M_BASELINE (a report of another commit whose sweep the plot draws besid
 BENCH_SERIES_N (1000000), BENCH_SERIES_RUNS (500), BENCH_SERIES_CHANGES (100),
 BENCH_SERIES_WINDOW (50), BENCH_SHUFFLE_PARTITIONS (4), BENCH_OUT (docs/bench),
 BENCH_PARTS (by_n,by_m,series: the parts to run; a part not run keeps what the report
-already in BENCH_OUT holds, and every part records the commit it measured). A quick
-check of the harness:
+already in BENCH_OUT holds, and every part records the commit it measured),
+BENCH_MASTER (local[2]; `spark://host:port` for a running cluster; `standalone` starts a
+throwaway standalone cluster from the pyspark wheel, one master and one worker of every
+core of the machine and BENCH_WORKER_MEMORY (8g), and stops it at the end: `make
+bench-cluster`), BENCH_EXECUTOR_MEMORY (6g, on a cluster). A quick check of the harness:
 
     BENCH_NS=20000 BENCH_M=1000 BENCH_BY_M_N=20000 BENCH_MS=10,100 BENCH_SERIES_N=20000 \\
     BENCH_SERIES_RUNS=20 BENCH_SERIES_WINDOW=5 BENCH_OUT=/tmp/bench .venv/bin/python -m bench.copy_workload
@@ -34,13 +37,15 @@ check of the harness:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +94,9 @@ class Settings:
     shuffle_partitions: int
     out: Path
     parts: frozenset[str]
+    master: str
+    worker_memory: str
+    executor_memory: str
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -106,6 +114,9 @@ class Settings:
             shuffle_partitions=knob("BENCH_SHUFFLE_PARTITIONS", 4),
             out=Path(os.environ.get("BENCH_OUT", ROOT / "docs" / "bench")),
             parts=frozenset(p.strip() for p in os.environ.get("BENCH_PARTS", ",".join(PARTS)).split(",")),
+            master=os.environ.get("BENCH_MASTER", "local[2]"),
+            worker_memory=os.environ.get("BENCH_WORKER_MEMORY", "8g"),
+            executor_memory=os.environ.get("BENCH_EXECUTOR_MEMORY", "6g"),
         )
         if not settings.parts <= set(PARTS):
             raise ValueError(f"BENCH_PARTS={sorted(settings.parts)}: the parts are {', '.join(PARTS)}")
@@ -415,10 +426,47 @@ def save(report: dict[str, Any], out: Path) -> None:
     (out / "copy_workload.json").write_text(json.dumps(report, indent=2))
 
 
+@contextlib.contextmanager
+def spark_master(settings: Settings) -> Iterator[tuple[str, dict[str, str]]]:
+    """The master to run on and the settings it needs: local, a running cluster, or a
+    throwaway standalone cluster (started here, stopped at the end)."""
+    if settings.master.startswith("local"):
+        yield settings.master, {}
+        return
+    # Executors start Python workers with the driver's PYSPARK_PYTHON; a cluster on this
+    # machine binds to loopback.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = {"spark.executor.memory": settings.executor_memory}
+    if settings.master != "standalone":
+        yield settings.master, conf
+        return
+    from tests.spark_cluster import SparkCluster  # dev-only: the launcher the cluster tests use
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
+        cluster = SparkCluster.start(Path(workdir), workers=1, cores=os.cpu_count() or 1,
+                                     memory=settings.worker_memory)
+        try:
+            yield cluster.master_url, {**conf, "spark.driver.host": "127.0.0.1",
+                                       "spark.driver.bindAddress": "127.0.0.1"}
+        finally:
+            cluster.stop()
+
+
 def main() -> None:
     settings = Settings.from_environment()
+    with spark_master(settings) as (master, cluster_conf):
+        spark = session(settings, master, cluster_conf)
+        try:
+            run(settings, spark, cluster_conf)
+        finally:
+            if not master.startswith("local"):
+                spark.stop()  # before its cluster goes; a local session stays warm for `make bench`
+
+
+def session(settings: Settings, master: str, cluster_conf: dict[str, str]) -> SparkSession:
     spark = get_spark_session(
-        master="local[2]",
+        master=master,
         app_name="bench-copy-workload",
         conf={
             "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
@@ -427,14 +475,19 @@ def main() -> None:
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": "4g",
+            **cluster_conf,
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run(settings: Settings, spark: SparkSession, cluster_conf: dict[str, str]) -> None:
     started = time.perf_counter()
     report: dict[str, Any] = {
         "benchmark": "copy_workload",
         "machine": {"cores": os.cpu_count(), "spark_master": spark.sparkContext.master,
-                    "shuffle_partitions": settings.shuffle_partitions},
+                    "shuffle_partitions": settings.shuffle_partitions, **cluster_conf},
         "by_n": [],
     }
     earlier = settings.out / "copy_workload.json"

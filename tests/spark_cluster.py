@@ -138,7 +138,9 @@ class SparkCluster:
     workers: list[subprocess.Popen] = field(default_factory=list)
 
     @classmethod
-    def start(cls, workdir: Path, workers: int = WORKERS) -> SparkCluster:
+    def start(cls, workdir: Path, workers: int = WORKERS, cores: int = 1, memory: str = "1g") -> SparkCluster:
+        """Start a master and `workers` workers of `cores` cores and `memory` each; return
+        once every worker has registered."""
         workdir.mkdir(parents=True, exist_ok=True)
         env = _daemon_env(workdir / "logs")
         port, web_port = free_port(), free_port()
@@ -150,7 +152,7 @@ class SparkCluster:
             for n in range(workers):
                 cluster.workers.append(_launch(
                     [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                     "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
+                     "--cores", str(cores), "--memory", memory, "--webui-port", str(free_port()),
                      "--work-dir", str(workdir / f"worker{n}"), cluster.master_url],
                     workdir / f"worker{n}.log", env))
             cluster.wait_for_workers(workers)
