@@ -54,10 +54,15 @@ class RunSnapshot:
 
 @dataclass
 class ChangedIndex:
-    """Candidate rows (key, input, update_ts) that survived the meta check."""
+    """Candidate rows (key, input, update_ts) that survived the meta check.
+
+    `most_rows`: at most this many rows, known from the catalog's row counts without a
+    Spark job (None when the index is not bounded that way: a reference input's changes,
+    a reprocess request or v1 can mark any number of keys)."""
 
     rows: DataFrame
     transform_keys: list[str]
+    most_rows: int | None = None
 
     @property
     def keys(self) -> DataFrame:
@@ -242,6 +247,40 @@ class IndexRequest:
                 and self.use_offsets and not self.deltas_by_input(transformation))
 
 
+def _versions_written(deltas: Sequence[DeltaInfo]) -> int | None:
+    counts = [(d.rows_upserted, d.rows_deleted) for d in deltas]
+    if any(upserted is None or deleted is None for upserted, deleted in counts):
+        return None
+    return sum(upserted + deleted for upserted, deleted in counts)
+
+
+def most_index_rows(transformation: Transformation, meta: VersionedTable, request: IndexRequest,
+                    by_input: Mapping[str, Sequence[DeltaInfo]]) -> int | None:
+    """An upper bound on the changed index's rows from the catalog alone: each version a
+    primary input's deltas wrote marks one key (three when the transform keys are not its
+    primary key: the new key, the replaced version's within the range and before it), and
+    each version of a listed failure's meta delta at most one. None when unbounded."""
+    if not request.use_offsets or request.reprocess_ts is not None:
+        return None
+    keys = set(transformation.transform_keys)
+    total = 0
+    for inp in transformation.inputs:
+        deltas = by_input.get(inp.name)
+        if not deltas:
+            continue
+        written = None if inp.is_reference else _versions_written(deltas)
+        if written is None:
+            return None
+        total += written * (1 if keys <= set(inp.table.primary_key) else 3)
+    if request.failed_deltas:
+        listed = set(request.failed_deltas)
+        failures = _versions_written([d for d in meta.catalog.committed(meta.name) if d.delta_num in listed])
+        if failures is None:
+            return None
+        total += failures
+    return total
+
+
 def compute_changed_index(
     transformation: Transformation,
     meta: VersionedTable,
@@ -277,7 +316,10 @@ def compute_changed_index(
     if request.reprocess_ts is not None:
         waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts)
         rows = waiting if rows is None else rows.unionByName(waiting)
-    return None if rows is None else ChangedIndex(rows=rows, transform_keys=keys)
+    if rows is None:
+        return None
+    return ChangedIndex(rows=rows, transform_keys=keys,
+                        most_rows=most_index_rows(transformation, meta, request, by_input))
 
 
 def assign_batches(keys: DataFrame, transform_keys: list[str], batch_size: int | None) -> DataFrame:

@@ -219,6 +219,9 @@ class TransformationRun:
         index = compute_changed_index(self.t, self.meta, request, self.engine.pushdown_limit)
         if index is None:
             return local_from_keys(columns, [], self.t.batch_size)
+        if index.most_rows is not None and index.most_rows <= limit:
+            # The catalog bounds the index within the limit: collect it, one job.
+            return local_from_rows(columns, index.rows.collect(), self.t.batch_size)
         rows = index.rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             # count, then collect from the cache: two jobs. (A `limit().collect()` is a
