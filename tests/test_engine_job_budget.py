@@ -13,10 +13,6 @@ from __future__ import annotations
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
-from offset_assets.control_plane.failures import FailedDeltas
-from offset_assets.engine.changed_index import RunSnapshot, compute_changed_index
-from offset_assets.engine.meta import meta_table
-from offset_assets.engine.run import index_request
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.spark_jobs import count_spark_jobs
@@ -122,12 +118,7 @@ def test_the_catalog_bound_on_the_changed_index_is_never_below_its_rows(spark, s
     world.write_posts([(p, 9, f"moved{p}") for p in range(1, 6)], deletes=[6, 7])
     world.write_posts([(8, 0, "edited")])
 
-    meta = meta_table(spark, engine.plane, t)
-    deltas, clock = engine.catalog.snapshot_state(["posts"])
-    request = index_request(engine, t, meta, RunSnapshot(deltas, clock),
-                            engine.offsets.get_offsets_for_transformation(t.transformation_id), "v2",
-                            None, FailedDeltas(engine.plane).listed(t.transformation_id))
-    index = compute_changed_index(t, meta, request, engine.pushdown_limit)
+    index = engine.changed_index(t, "v2")
 
     assert index.most_rows is not None and index.rows.count() <= index.most_rows
     failing["on"] = False

@@ -155,7 +155,7 @@ def input_candidates(
     return marked.withColumn(INPUT_COL, F.lit(inp.name))
 
 
-def failed_keys(transformation: Transformation, meta: VersionedTable, failed_deltas: Sequence[int] | None,
+def failed_keys(transformation: Transformation, meta: VersionedTable, failed_deltas: Sequence[DeltaInfo] | None,
                 ) -> DataFrame | None:
     """Keys whose last processing failed: retried by every run, whatever the offsets.
 
@@ -169,8 +169,7 @@ def failed_keys(transformation: Transformation, meta: VersionedTable, failed_del
     elif not failed_deltas:
         return None
     else:
-        listed = set(failed_deltas)
-        source = meta.reader.history([d for d in meta.catalog.committed(meta.name) if d.delta_num in listed])
+        source = meta.reader.history(failed_deltas)
     return source.where(~F.col("is_success")).select(
         *keys,
         F.lit(None).cast(DoubleType()).alias(TS_COL),
@@ -254,8 +253,16 @@ def _versions_written(deltas: Sequence[DeltaInfo]) -> int | None:
     return sum(upserted + deleted for upserted, deleted in counts)
 
 
-def most_index_rows(transformation: Transformation, meta: VersionedTable, request: IndexRequest,
-                    by_input: Mapping[str, Sequence[DeltaInfo]]) -> int | None:
+def listed_failure_deltas(meta: VersionedTable, request: IndexRequest) -> list[DeltaInfo]:
+    """The meta deltas the control plane lists as holding failed keys (v2)."""
+    if not (request.use_offsets and request.failed_deltas):
+        return []
+    listed = set(request.failed_deltas)
+    return [d for d in meta.catalog.committed(meta.name) if d.delta_num in listed]
+
+
+def most_index_rows(transformation: Transformation, request: IndexRequest,
+                    by_input: Mapping[str, Sequence[DeltaInfo]], failures: Sequence[DeltaInfo]) -> int | None:
     """An upper bound on the changed index's rows from the catalog alone: each version a
     primary input's deltas wrote marks one key (three when the transform keys are not its
     primary key: the new key, the replaced version's within the range and before it), and
@@ -272,13 +279,8 @@ def most_index_rows(transformation: Transformation, meta: VersionedTable, reques
         if written is None:
             return None
         total += written * (1 if keys <= set(inp.table.primary_key) else 3)
-    if request.failed_deltas:
-        listed = set(request.failed_deltas)
-        failures = _versions_written([d for d in meta.catalog.committed(meta.name) if d.delta_num in listed])
-        if failures is None:
-            return None
-        total += failures
-    return total
+    failed = _versions_written(failures)
+    return None if failed is None else total + failed
 
 
 def compute_changed_index(
@@ -294,7 +296,8 @@ def compute_changed_index(
         input_candidates(transformation, inp, by_input[inp.name], request.snapshot, pushdown_limit)
         for inp in transformation.inputs if inp.name in by_input
     ]
-    failed = failed_keys(transformation, meta, list(request.failed_deltas) if request.use_offsets else None)
+    failures = listed_failure_deltas(meta, request)
+    failed = failed_keys(transformation, meta, failures if request.use_offsets else None)
     if failed is not None:
         parts.append(failed)
     rows = None
@@ -319,7 +322,7 @@ def compute_changed_index(
     if rows is None:
         return None
     return ChangedIndex(rows=rows, transform_keys=keys,
-                        most_rows=most_index_rows(transformation, meta, request, by_input))
+                        most_rows=most_index_rows(transformation, request, by_input, failures))
 
 
 def assign_batches(keys: DataFrame, transform_keys: list[str], batch_size: int | None) -> DataFrame:

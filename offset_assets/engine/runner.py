@@ -18,7 +18,7 @@ from offset_assets.control_plane.leases import DEFAULT_TTL_S, RunLeases
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
-from offset_assets.engine.changed_index import RunSnapshot, compute_changed_index
+from offset_assets.engine.changed_index import ChangedIndex, RunSnapshot, compute_changed_index
 from offset_assets.engine.keys import DEFAULT_DRIVER_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
@@ -83,9 +83,10 @@ class IncrementalEngine:
             reprocess_all,
         )
 
-    def changed_keys(self, transformation: Transformation, change_detection: ChangeDetection | None = None,
-                     ) -> DataFrame:
-        """The keys a run would process now (read-only; no lease, nothing written)."""
+    def changed_index(self, transformation: Transformation, change_detection: ChangeDetection | None = None,
+                      ) -> ChangedIndex | None:
+        """The changed index a run would compute now (read-only; no lease, nothing
+        written); None when the control plane alone shows nothing changed."""
         mode = change_detection or transformation.change_detection
         tid = transformation.transformation_id
         meta = meta_table(self.spark, self.plane, transformation)
@@ -93,9 +94,15 @@ class IncrementalEngine:
         request = index_request(self, transformation, meta, RunSnapshot(deltas, clock),
                                 self.offsets.get_offsets_for_transformation(tid), mode,
                                 ReprocessRequests(self.plane).pending(tid), FailedDeltas(self.plane).listed(tid))
-        index = compute_changed_index(transformation, meta, request, self.pushdown_limit)
+        return compute_changed_index(transformation, meta, request, self.pushdown_limit)
+
+    def changed_keys(self, transformation: Transformation, change_detection: ChangeDetection | None = None,
+                     ) -> DataFrame:
+        """The keys a run would process now (read-only; no lease, nothing written)."""
+        index = self.changed_index(transformation, change_detection)
         keys = list(transformation.transform_keys)
         if index is None:
+            meta = meta_table(self.spark, self.plane, transformation)
             return meta.read_actual().select(*keys).where("false")
         return index.rows.select(*keys).distinct()
 
