@@ -28,6 +28,7 @@ from pyspark.sql.types import DoubleType, StringType
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
 from offset_assets.engine.loading import read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.versioned.layout import OP_UPSERT
 from offset_assets.versioned.table import VersionedTable
 
 # Offsets are commit timestamps (epoch seconds, > 0): reading "since 0" reads everything.
@@ -77,12 +78,21 @@ def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
 def _versions_in(
     inp: TransformInput, deltas: Sequence[DeltaInfo], columns: list[str]
 ) -> DataFrame:
-    """(columns..., update_ts) of every version of `inp` written by `deltas`.
+    """(columns..., update_ts) of every version of `inp` written by `deltas`: the keys
+    each version marks, stamped with its update_ts.
 
-    When `columns` are not all primary-key columns, a change also marks the columns of
-    the version it replaced (a post moving from user 1 to user 2 changes user 1's key
-    too), stamped with the update_ts of the change: the predecessor inside the range by
-    a window over the record's versions, the one before the range by an as-of read.
+    The rule, the same for v1 and v2 (they differ only in which deltas they read):
+    - an upsert marks its own key and, when it replaced a live version, that version's
+      key (a post moving from user 1 to user 2 changes user 1's key too);
+    - a delete marks the key of the version it deleted: its tombstone carries that
+      version's data (the storage writes it, whatever the delete row held), and a delete
+      of a key that was not live wrote no version at all;
+    - an insert after a delete marks its own key only: the tombstone is not a live
+      version, and the deleted version's key was marked by the delete itself.
+    When `columns` are the primary key (or part of it) the replaced version has the same
+    key, so only the versions themselves are read; otherwise the replaced version is
+    found inside the range by a window over the record's versions, before the range by an
+    as-of read of the actual state (which holds no tombstones).
     """
     table = inp.table
     changes = table.reader.history(deltas)
@@ -93,10 +103,11 @@ def _versions_in(
     by_record = Window.partitionBy(*pk).orderBy("sys_from")
     previous = changes.select(
         *[F.lag(c).over(by_record).alias(c) for c in columns],
-        F.lag("sys_from").over(by_record).alias("_prev_from"),
+        F.lag("sys_op").over(by_record).alias("_prev_op"),
         TS_COL,
     )
-    within = _null_free(previous.where(F.col("_prev_from").isNotNull()), columns).select(*columns, TS_COL)
+    replaced_live = F.col("_prev_op") == OP_UPSERT  # null (no predecessor in the range) is false
+    within = _null_free(previous.where(replaced_live), columns).select(*columns, TS_COL)
     marked = picked.unionByName(within)
     first = deltas[0].delta_num
     if first <= 1:
