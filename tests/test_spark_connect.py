@@ -55,6 +55,7 @@ def test_engine_story_over_spark_connect_processes_exactly_the_changes(connect_s
     assert story["hot"] == [False, False]
 
 
+@pytest.mark.sigkill
 def test_a_connect_client_killed_inside_its_commit_is_completed_by_the_next_run(connect_server, tmp_path):
     db_url, warehouse = f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse")
     (tmp_path / "warehouse").mkdir()
