@@ -78,6 +78,7 @@ def materialization(result, key: str) -> dict:
     return {name: value.value for name, value in event.metadata.items()}
 
 
+@pytest.mark.quick
 def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
         world, resources, store):
     seed(world)
