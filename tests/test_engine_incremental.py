@@ -99,7 +99,6 @@ def test_boundary_versions_with_equal_update_ts_are_neither_lost_nor_reprocessed
     assert engine.run_full(t).processed_keys == 1
 
 
-@pytest.mark.quick
 def test_v1_and_v2_find_the_same_keys(world, engine):
     seed(world)
     t = world.enriched_transformation()
