@@ -38,19 +38,22 @@ NEEDS = {
 PROPERTY_TEST = "tests/test_engine_exactness.py::test_incremental_runs_equal_a_full_recompute_on_every_path"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_itemcollected(item):
+    # Marked as each test is collected: before any pytest_collection_modifyitems, xdist's
+    # included, which turns the xdist_group markers into the workers' groups.
+    for fixture, marker in NEEDS.items():
+        if fixture in item.fixturenames:
+            item.add_marker(marker)
+    if item.nodeid.startswith(PROPERTY_TEST):
+        item.add_marker(pytest.mark.quick)
+        item.add_marker(pytest.mark.slow)
+    # The cluster's and the Connect server's JVMs are session fixtures: their tests share
+    # one xdist worker (`--dist loadgroup`) so that each starts once.
+    if item.get_closest_marker("cluster") or item.get_closest_marker("connect"):
+        item.add_marker(pytest.mark.xdist_group("jvm_servers"))
+
+
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        for fixture, marker in NEEDS.items():
-            if fixture in item.fixturenames:
-                item.add_marker(marker)
-        if item.nodeid.startswith(PROPERTY_TEST):
-            item.add_marker(pytest.mark.quick)
-            item.add_marker(pytest.mark.slow)
-        # The cluster's and the Connect server's JVMs are session fixtures: their tests share
-        # one xdist worker (`--dist loadgroup`) so that each starts once.
-        if item.get_closest_marker("cluster") or item.get_closest_marker("connect"):
-            item.add_marker(pytest.mark.xdist_group("jvm_servers"))
     if hasattr(config, "workerinput"):
         # Under xdist, the longest tests first: started last, one of them would run alone
         # on one core at the end. A stable sort: every worker collects the same order.

@@ -21,7 +21,8 @@ import pytest
 from tests.spark_cluster import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# One worker holds the Connect server and the cluster (tests/conftest.py groups them too).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jvm_servers")]
 
 
 def run_client(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
