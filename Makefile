@@ -1,4 +1,4 @@
-# The two front-door commands: `make demo` and `make test`.
+# The front-door commands: `make demo`, `make test` and `make test-quick`.
 # Every target installs into .venv first when needed (idempotent: a stamp file tracks pyproject.toml).
 
 PYTHON ?= python3.11
@@ -8,7 +8,16 @@ STAMP := $(VENV)/.installed
 # The Dagster instance is configured by ./dagster.yaml (its files go to .dagster_home/).
 export DAGSTER_HOME ?= $(CURDIR)
 
-.PHONY: install demo test exactness dev bench bench-cluster lint check-java clean
+# The suite runs on every core (pytest-xdist): each worker has its own Spark session and
+# PostgreSQL server; the cluster and Connect tests share one worker (`--dist loadgroup`).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+# The quick tier (README, "Tests"): every test that needs no Spark, the Spark tests marked
+# `quick` (one per guarantee) and the property test on a few histories; no PostgreSQL
+# server, no cluster, no Connect server, no SIGKILLed child.
+QUICK := (quick or not spark) and not (postgres or cluster or connect or sigkill)
+
+.PHONY: install demo test test-quick exactness dev bench bench-cluster lint check-java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; offset-assets needs Python 3.11 (set PYTHON=...)" >&2; exit 1; }
@@ -26,7 +35,10 @@ demo: install check-java
 	$(BIN)/python -m assets_defs.demo
 
 test: install check-java
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST) --durations=25
+
+test-quick: install check-java
+	EXACTNESS_HISTORIES=3 $(BIN)/python -m pytest $(XDIST) -m "$(QUICK)" --durations=10
 
 exactness: install check-java
 	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest tests/test_engine_exactness.py -k every_path -s

@@ -1,9 +1,15 @@
-"""Shared fixtures: one Spark session per test session, a throwaway PostgreSQL server,
-and a fresh control-plane database per test on each backend."""
+"""Shared fixtures: one Spark session per test session (per xdist worker), a throwaway
+PostgreSQL server per worker, and a fresh control-plane database per test on each backend.
+
+The tiers (README, "Tests") are named by what a test needs, and these fixtures say it:
+`pytest_collection_modifyitems` marks every test by the fixtures it uses, so a new test
+lands in its tier by what it asks for, not by a list of files.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -18,6 +24,55 @@ from tests.postgres_server import PostgresServer
 pytest_plugins = ["tests.customers_source", "tests.spark_cluster"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# What a fixture needs, as the marker of every test that uses it (directly or through another fixture).
+NEEDS = {
+    "spark": "spark",
+    "postgres_server": "postgres",
+    "spark_cluster": "cluster",
+    "connect_server": "connect",
+}
+# The property test is the exactness guarantee itself: the quick tier runs it with a few
+# histories (EXACTNESS_HISTORIES). Matched by name, shards named after it included, so
+# that its file needs no tier marker of its own.
+PROPERTY_TEST = "tests/test_engine_exactness.py::test_incremental_runs_equal_a_full_recompute_on_every_path"
+
+
+def pytest_itemcollected(item):
+    # Marked as each test is collected: before any pytest_collection_modifyitems, xdist's
+    # included, which turns the xdist_group markers into the workers' groups.
+    for fixture, marker in NEEDS.items():
+        if fixture in item.fixturenames:
+            item.add_marker(marker)
+    if item.nodeid.startswith(PROPERTY_TEST):
+        item.add_marker(pytest.mark.quick)
+        item.add_marker(pytest.mark.slow)
+    # The cluster's and the Connect server's JVMs are session fixtures: their tests share
+    # one xdist worker (`--dist loadgroup`) so that each starts once.
+    if item.get_closest_marker("cluster") or item.get_closest_marker("connect"):
+        item.add_marker(pytest.mark.xdist_group("jvm_servers"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):
+        # Under xdist, the longest tests first: started last, one of them would run alone
+        # on one core at the end. A stable sort: every worker collects the same order.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _spark_is_running() -> bool:
+    context = sys.modules.get("pyspark.core.context")  # not imported: no Spark yet
+    return context is not None and context.SparkContext._active_spark_context is not None
+
+
+@pytest.fixture(autouse=True)
+def _spark_only_where_asked(request):
+    """A test that starts Spark without the `spark` fixture would land in the quick tier
+    with a JVM of its own: it fails instead, asking for the fixture."""
+    before = _spark_is_running()
+    yield
+    if not before and _spark_is_running() and not request.node.get_closest_marker("spark"):
+        pytest.fail("this test started a Spark session without asking for the `spark` fixture")
 
 
 @pytest.fixture(scope="session")

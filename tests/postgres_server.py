@@ -44,12 +44,16 @@ def _ensure_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(PG_USER)
     except KeyError:
-        subprocess.run(
+        # Two xdist workers may both get here: the loser's useradd fails, the user exists.
+        added = subprocess.run(
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", PG_USER],
-            check=True,
             capture_output=True,
         )
-        return pwd.getpwnam(PG_USER)
+        try:
+            return pwd.getpwnam(PG_USER)
+        except KeyError:
+            added.check_returncode()
+            raise
 
 
 @dataclass
@@ -86,13 +90,22 @@ class PostgresServer:
         server = cls(bin_dir=bin_dir, root=root, port=_free_port(), as_user=as_user)
         data = root / "data"
         server._run("initdb", "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-        server._run(
-            "pg_ctl", "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
-            "-o", f"-p {server.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                  "-c max_connections=200",
-            "start",
-        )
-        return server
+        # Each xdist worker starts its own server (its own folder and socket directory). A
+        # free port can be taken by another worker before the server binds it: try another.
+        for attempt in range(3):
+            try:
+                server._run(
+                    "pg_ctl", "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
+                    "-o", f"-p {server.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                          "-c max_connections=200",
+                    "start",
+                )
+                return server
+            except subprocess.CalledProcessError:
+                if attempt == 2:
+                    raise
+                server.port = _free_port()
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         try:

@@ -59,6 +59,7 @@ def test_rescan_brings_back_only_the_change_the_offsets_skipped(story, sqlite_ur
     assert engine.run_full(transformation).processed_keys == 0
 
 
+@pytest.mark.quick
 def test_reprocess_makes_the_next_run_process_every_key_once(story, sqlite_url):
     world, engine, transformation, plane = story
     assert engine.run_full(transformation).processed_keys == 0

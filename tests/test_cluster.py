@@ -109,6 +109,7 @@ def kill_an_executor_when(marker: Path, cluster, deadline_s: float = 600) -> int
 
 
 @pytest.mark.slow
+@pytest.mark.sigkill
 @pytest.mark.postgres
 def test_engine_story_on_the_cluster_with_an_executor_killed_mid_run_commits_once_exactly(
         spark_cluster, postgres_url, tmp_path):

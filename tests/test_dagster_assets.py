@@ -78,6 +78,7 @@ def materialization(result, key: str) -> dict:
     return {name: value.value for name, value in event.metadata.items()}
 
 
+@pytest.mark.quick
 def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
         world, resources, store):
     seed(world)
@@ -241,7 +242,8 @@ def test_run_config_is_typed_and_refuses_an_unknown_change_detection(world, reso
             "ops": {"enriched_posts": {"config": {"change_detection": "v3"}}}})
 
 
-def test_engine_settings_come_from_the_resource(store, warehouse):
+def test_engine_settings_come_from_the_resource(spark, store, warehouse):
+    # The engine is built on a Spark session: the shared one, not a JVM of its own.
     engine = engine_resources(store, warehouse, lease_ttl_s=12.5, pushdown_limit=7,
                               row_count=False)["incremental_engine"].engine()
     assert (engine.lease_ttl_s, engine.pushdown_limit) == (12.5, 7)

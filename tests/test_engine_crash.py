@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@pytest.mark.sigkill
 @pytest.mark.parametrize(
     ("point", "committed_before_kill"),
     [("in_function", 2), ("before_commit", 0), ("inside_commit", 0)],

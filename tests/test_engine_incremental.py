@@ -50,6 +50,7 @@ def test_only_changed_posts_are_processed_and_read(world, engine):
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
 
 
+@pytest.mark.quick
 def test_profile_change_retriggers_its_posts_through_the_reverse_join(world, engine):
     seed(world)
     t = world.enriched_transformation()
@@ -85,6 +86,7 @@ def test_post_moving_to_another_user_updates_both_users_stats(world, engine):
     assert rows_of(world.stats.read_actual()) == world.expected_stats()
 
 
+@pytest.mark.quick
 def test_boundary_versions_with_equal_update_ts_are_neither_lost_nor_reprocessed(world, engine):
     seed(world)  # four posts share one delta, so one update_ts
     t = world.enriched_transformation()
@@ -152,6 +154,7 @@ def test_an_output_row_for_a_key_the_batch_did_not_process_fails_that_batch_only
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
 
 
+@pytest.mark.quick
 def test_crash_in_batch_k_with_per_batch_commit_resumes_at_batch_k(world, engine):
     seed(world)
     seen = []
@@ -191,6 +194,7 @@ def test_failure_before_the_end_commit_commits_nothing(world, engine):
     assert engine.run_full(world.enriched_transformation()).processed_keys == 4
 
 
+@pytest.mark.quick
 def test_run_changelist_processes_exactly_the_given_keys_and_keeps_offsets(world, engine):
     seed(world)
     t = world.enriched_transformation()

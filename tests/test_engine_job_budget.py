@@ -10,6 +10,7 @@ join): at most 12.
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
@@ -64,6 +65,7 @@ def test_a_complete_v1_run_settles_its_snapshot_so_the_next_idle_run_starts_no_s
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
 
 
+@pytest.mark.quick
 def test_an_incremental_copy_run_costs_at_most_6_spark_jobs(spark, sqlite_url, warehouse):
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(spark.createDataFrame([(str(i), i) for i in range(200)], SRC))

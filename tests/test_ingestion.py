@@ -102,6 +102,7 @@ class FlakySource:
         return self.inner.read_range(spark, data_range)
 
 
+@pytest.mark.quick
 def test_a_failed_range_is_logged_commits_nothing_and_is_retried_first(sqlite_url, spark,
                                                                        warehouse, source_url):
     plane = connect(sqlite_url)

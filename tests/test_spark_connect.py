@@ -21,7 +21,8 @@ import pytest
 from tests.spark_cluster import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# One worker holds the Connect server and the cluster (tests/conftest.py groups them too).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jvm_servers")]
 
 
 def run_client(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -55,6 +56,7 @@ def test_engine_story_over_spark_connect_processes_exactly_the_changes(connect_s
     assert story["hot"] == [False, False]
 
 
+@pytest.mark.sigkill
 def test_a_connect_client_killed_inside_its_commit_is_completed_by_the_next_run(connect_server, tmp_path):
     db_url, warehouse = f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse")
     (tmp_path / "warehouse").mkdir()

@@ -46,6 +46,7 @@ def test_outputs_meta_and_offsets_commit_together_on_both_backends(spark, db_url
     assert hot_out.info.status == "committed" and hot_out.info.rows_upserted == 2
 
 
+@pytest.mark.quick
 def test_a_failing_on_commit_leaves_every_delta_hot_and_nothing_visible(spark, sqlite_url, warehouse):
     out, meta = _tables(spark, sqlite_url, warehouse)
     out.write_delta(spark.createDataFrame([(1, "new")], ORDERS))

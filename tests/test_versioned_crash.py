@@ -21,6 +21,7 @@ from offset_assets.versioned.errors import HotDeltaHeldError
 from offset_assets.versioned.layout import WarehouseFiles
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.sigkill  # each test SIGKILLs a child process it started
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
 
 WRITER = textwrap.dedent(

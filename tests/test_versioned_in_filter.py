@@ -81,6 +81,7 @@ def test_values_without_a_safe_literal_fall_back_to_isin(spark):
     assert selected(df, in_values("x", [])) == []
 
 
+@pytest.mark.quick
 def test_a_key_that_looks_like_a_spark_variable_is_not_substituted(spark):
     """Spark replaces `${name}` in SQL text by a conf value before parsing: such a key
     must still match only itself."""

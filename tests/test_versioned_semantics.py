@@ -46,6 +46,7 @@ def versions(df) -> list[tuple]:
     return sorted((tuple(r) for r in df.select(*VERSION).collect()), key=repr)
 
 
+@pytest.mark.quick
 def test_seed_003_store_example_category_change_archives_the_previous_state(spark, stores):
     stores.write_delta(rows(spark, [(1, "ул. Старая, 9", "basic")]))
     address_changed = stores.write_delta(rows(spark, [(1, "ул. Новая, 11", "basic")]))
