@@ -9,8 +9,10 @@ of a user with one post is renamed: 6 changed keys, batch_size 2, so 3 batches:
 - `user_post_stats` (transform key user_id, not the posts' primary key), batch commit.
 
 Per transformation: median seconds of a run, Spark jobs per run (the deterministic
-measure: `offset_assets.spark_jobs`) and control-plane SQL statements per run (a
-SQLAlchemy `before_cursor_execute` listener). Writes `bench/out/tiny_run.json`.
+measure: `offset_assets.spark_jobs`), control-plane SQL statements per run (a
+SQLAlchemy `before_cursor_execute` listener) and the driver's py4j calls to the JVM
+(median; the driver-side cost of building plans, deterministic up to the thread-local
+session lookups). Writes `bench/out/tiny_run.json`.
 
     .venv/bin/python -m bench.tiny_run               # 7 repetitions after a warm-up
     .venv/bin/python -m bench.tiny_run --repeat 3 --profile /tmp/tiny.prof   # + cProfile of the runs
@@ -57,6 +59,25 @@ class StatementCounter:
             self.count += 1
 
 
+class JvmCallCounter:
+    """Counts the driver's round trips to the JVM (py4j commands) while `active`: each
+    DataFrame or Column call from Python is at least one."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.count = 0
+        self.active = False
+        client = spark.sparkContext._gateway._gateway_client
+        send = client.send_command
+
+        def counted(*args: object, **kwargs: object) -> object:
+            if self.active:
+                self.count += 1
+            return send(*args, **kwargs)
+
+        # Every py4j object calls its client's send_command: the instance attribute wins.
+        client.send_command = counted
+
+
 def git_commit() -> str | None:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return done.stdout.strip() or None
@@ -79,14 +100,14 @@ def changes(world: World, name: str, repetition: int, with_profile: bool) -> Non
         world.write_profiles([(7, f"gil-{tag}")])
 
 
-def measure(spark: SparkSession, counter: StatementCounter, engine: IncrementalEngine, t: Transformation,
-            before: Callable[[int], None], repeat: int, profiler: cProfile.Profile | None) -> dict:
-    seconds, jobs, statements, keys = [], [], [], []
+def measure(spark: SparkSession, counter: StatementCounter, jvm: JvmCallCounter, engine: IncrementalEngine,
+            t: Transformation, before: Callable[[int], None], repeat: int, profiler: cProfile.Profile | None) -> dict:
+    seconds, jobs, statements, jvm_calls, keys = [], [], [], [], []
     described = ""
     for repetition in range(repeat + 1):  # the first is the warm-up
         before(repetition)
-        counter.count = 0
-        counter.active = True
+        counter.count = jvm.count = 0
+        counter.active = jvm.active = True
         if profiler is not None and repetition:
             profiler.enable()
         start = time.perf_counter()
@@ -95,13 +116,14 @@ def measure(spark: SparkSession, counter: StatementCounter, engine: IncrementalE
         elapsed = time.perf_counter() - start
         if profiler is not None:
             profiler.disable()
-        counter.active = False
+        counter.active = jvm.active = False
         assert result.failed_keys == 0, result.errors
         if repetition == 0:
             continue
         seconds.append(elapsed)
         jobs.append(counted.count)
         statements.append(counter.count)
+        jvm_calls.append(jvm.count)
         keys.append(result.changed_keys)
         described = counted.describe()
     return {
@@ -109,6 +131,7 @@ def measure(spark: SparkSession, counter: StatementCounter, engine: IncrementalE
         "min_s": round(min(seconds), 3),
         "spark_jobs": sorted(set(jobs)),
         "sql_statements": sorted(set(statements)),
+        "jvm_calls_median": statistics.median(jvm_calls),
         "changed_keys": sorted(set(keys)),
         "batches": -(-max(keys) // BATCH_SIZE),
         "last_run_jobs": described.splitlines(),
@@ -129,6 +152,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tiny-run-") as tmp:
         plane = connect(f"sqlite:///{tmp}/control_plane.db")
         counter = StatementCounter(plane.engine)
+        jvm = JvmCallCounter(spark)
         world = make_world(spark, plane, f"{tmp}/warehouse")
         world.write_profiles([(u, f"user{u}") for u in range(1, 8)])
         world.write_posts([(p, user_of(p), f"t{p}") for p in range(1, POSTS + 1)])
@@ -139,12 +163,13 @@ def main() -> None:
         engine.run_full(stats)
         for name, t, with_profile in (("enriched_posts", enriched, True), ("user_post_stats", stats, False)):
             report[name] = measure(
-                spark, counter, engine, t,
+                spark, counter, jvm, engine, t,
                 lambda r, name=name, wp=with_profile: changes(world, name, r, wp),
                 args.repeat, profiler,
             )
             print(f"{name}: {report[name]['median_s']} s median, {report[name]['spark_jobs']} Spark jobs, "
-                  f"{report[name]['sql_statements']} SQL statements, {report[name]['changed_keys']} keys")
+                  f"{report[name]['sql_statements']} SQL statements, {report[name]['jvm_calls_median']} JVM calls, "
+                  f"{report[name]['changed_keys']} keys")
         engine.run_full(enriched)  # the stats runs' edits, so that both outputs can be checked
         assert {tuple(r) for r in world.enriched.read_actual().drop("sys_from", "sys_to", "sys_op", "update_ts")
                 .collect()} == world.expected_enriched()
