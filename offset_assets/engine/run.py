@@ -488,7 +488,9 @@ class TransformationRun:
                     f"{example} that this batch did not process"
                 )
 
-            return hot.write(rows, actual=actual, refusal=Refusal(STRAY, self.transform_keys, stray_error))
+            # Batch mode writes each output delta once, then commits it.
+            return hot.write(rows, actual=actual, refusal=Refusal(STRAY, self.transform_keys, stray_error),
+                             last=self.t.commit_mode == "batch")
         finally:
             previous.unpersist()
 
