@@ -149,5 +149,9 @@ LOCAL_TEST_CONF = {
     # internal; its interpreted path is the one Spark falls back to itself. The cluster
     # and Spark Connect tests run their own JVMs with code generation on.
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # No Python call site captured per Column call: with it on, each F.col/when/alias makes
+    # four more JVM round trips (active session, conf read, origin set and clear), which were
+    # more than half of a tiny run's time. It only enriches the context of error messages.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
     "spark.driver.memory": "2g",
 }

@@ -86,3 +86,18 @@ def test_commit_refuses_closed_deltas_and_different_control_planes(spark, sqlite
     with pytest.raises(DeltaClosedError, match=r"'_meta__orders': cannot commit delta 1: it is already rolled back"):
         commit_deltas([hot_out, hot_meta])
     assert out.hot().delta_num == 1  # untouched
+
+
+def test_a_last_write_keeps_no_file_of_unchanged_rows_and_refuses_a_later_write(spark, sqlite_url, warehouse):
+    out, _ = _tables(spark, sqlite_url, warehouse)
+    out.write_delta(spark.createDataFrame([(1, "new"), (2, "new")], ORDERS))
+    hot = out.open_delta()
+
+    stats = hot.write(spark.createDataFrame([(1, "new"), (2, "paid")], ORDERS), last=True)
+
+    assert (stats.rows_upserted, stats.rows_unchanged) == (1, 1)
+    assert not out.files.exists(f"{hot.data_path}/_noop")
+    with pytest.raises(DeltaClosedError, match="its last write is done"):
+        hot.write(spark.createDataFrame([(1, "paid")], ORDERS))
+    hot.commit()
+    assert {tuple(r) for r in out.read_actual().select("order_id", "status").collect()} == {(1, "new"), (2, "paid")}

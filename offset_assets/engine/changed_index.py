@@ -299,10 +299,13 @@ def compute_changed_index(
     meta: VersionedTable,
     request: IndexRequest,
     pushdown_limit: int,
+    by_input: Mapping[str, Sequence[DeltaInfo]] | None = None,
 ) -> ChangedIndex | None:
-    """The changed index of `request`; None when nothing can be changed (no Spark used)."""
+    """The changed index of `request`; None when nothing can be changed (no Spark used).
+    `by_input`: `request.deltas_by_input(transformation)` when the caller has it already."""
     keys = list(transformation.transform_keys)
-    by_input = request.deltas_by_input(transformation)
+    if by_input is None:
+        by_input = request.deltas_by_input(transformation)
     parts = [
         input_candidates(transformation, inp, by_input[inp.name], request.snapshot, pushdown_limit)
         for inp in transformation.inputs if inp.name in by_input

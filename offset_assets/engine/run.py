@@ -215,8 +215,9 @@ class TransformationRun:
         if not self.is_full:
             return self._explicit(columns, limit)
         request = self._index_request()
-        self._deltas_read = request.deltas_by_input(self.t) if request.use_offsets else {}
-        index = compute_changed_index(self.t, self.meta, request, self.engine.pushdown_limit)
+        by_input = request.deltas_by_input(self.t)
+        self._deltas_read = by_input if request.use_offsets else {}
+        index = compute_changed_index(self.t, self.meta, request, self.engine.pushdown_limit, by_input)
         if index is None:
             return local_from_keys(columns, [], self.t.batch_size)
         if index.most_rows is not None and index.most_rows <= limit:
@@ -487,7 +488,9 @@ class TransformationRun:
                     f"{example} that this batch did not process"
                 )
 
-            return hot.write(rows, actual=actual, refusal=Refusal(STRAY, self.transform_keys, stray_error))
+            # Batch mode writes each output delta once, then commits it.
+            return hot.write(rows, actual=actual, refusal=Refusal(STRAY, self.transform_keys, stray_error),
+                             last=self.t.commit_mode == "batch")
         finally:
             previous.unpersist()
 
@@ -558,7 +561,9 @@ class TransformationRun:
         else:
             self._commit([], [], None, final=True)
         self._finished = True
-        self.result.offsets_after = self.engine.offsets.get_offsets_for_transformation(self.t.transformation_id)
+        # The stored offsets now, without reading them back: we hold the lease, so only our
+        # commits changed them (offsets_before is empty when the first commit reset them).
+        self.result.offsets_after = {**self.offsets_before, **self.result.offsets_after}
         self.result.duration_s = time.monotonic() - self._started
         log.info("%s", self.result.summary())
         return self.result

@@ -250,6 +250,7 @@ class HotDelta:
         self._version_paths: list[str] = []
         self._unchanged_paths: list[str] = []
         self._writes = 0
+        self._last_written = False  # a write said it was the last: no other may follow
 
     @property
     def delta_num(self) -> int:
@@ -266,24 +267,31 @@ class HotDelta:
     def __repr__(self) -> str:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
-    def write(self, df: DataFrame, actual: DataFrame | None = None, refusal: Refusal | None = None) -> WriteStats:
+    def write(self, df: DataFrame, actual: DataFrame | None = None, refusal: Refusal | None = None,
+              last: bool = False) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `actual`: the caller's read of the actual rows (data columns, sys_op, sys_from) of
         at least the keys it writes, when it has one (the engine read them to find the
         rows a processed key no longer yields): the write then reads nothing else.
         `refusal`: rows the caller refuses (flagged in a column of `df`); one refuses the
-        whole write, like bad input."""
-        self._check_open("write to")
+        whole write, like bad input.
+        `last`: no write into this delta follows (a later one is refused), so the rows
+        that created no version get no file: that file only lets a later write into the
+        same delta refuse another state of those keys (a Spark job saved)."""
+        self._check_writable("write to")
         table = self.table
         keep = [refusal.column] if refusal else []
-        return self._write(conform(table.name, df, table.schema, table.primary_key, keep=keep), actual, refusal)
+        stats = self._write(conform(table.name, df, table.schema, table.primary_key, keep=keep), actual, refusal,
+                            keep_unchanged=not last)
+        self._last_written = last
+        return stats
 
     def write_new_versions(self, df: DataFrame, rows: int) -> WriteStats:
         """Append `rows` upserts that the caller knows are new states of distinct keys not
         written earlier into this delta (a transformation's meta: every processed key gets
         a new process_ts), skipping the classification and its read of the actual state."""
-        self._check_open("write to")
+        self._check_writable("write to")
         table = self.table
         incoming = conform(table.name, df, table.schema, table.primary_key)
         versions = incoming.select(*[F.col(f"`{c}`") for c in table.data_columns],
@@ -318,7 +326,7 @@ class HotDelta:
 
     def delete(self, keys_df: DataFrame) -> WriteStats:
         """Delete the keys in `keys_df` (primary-key columns only): tombstones at commit."""
-        self._check_open("delete from")
+        self._check_writable("delete from")
         table = self.table
         extra = [c for c in keys_df.columns if c not in table.primary_key]
         if extra:
@@ -331,7 +339,7 @@ class HotDelta:
         return self._write(conform(table.name, keys, table.schema, table.primary_key, others))
 
     def _write(self, incoming: DataFrame, actual: DataFrame | None = None,
-               refusal: Refusal | None = None) -> WriteStats:
+               refusal: Refusal | None = None, keep_unchanged: bool = True) -> WriteStats:
         table = self.table
         # Persisted: the incoming keys select the candidate actual versions (a semi-join)
         # and the rows are classified, without computing the caller's DataFrame twice.
@@ -353,7 +361,7 @@ class HotDelta:
                     counts.get(writes.DELETE, 0),
                     counts.get(writes.UNCHANGED, 0),
                 )
-                self._store(classified, stats)
+                self._store(classified, stats, keep_unchanged)
             finally:
                 classified.unpersist()
         finally:
@@ -427,7 +435,7 @@ class HotDelta:
                 keys,
             )
 
-    def _store(self, classified: DataFrame, stats: WriteStats) -> None:
+    def _store(self, classified: DataFrame, stats: WriteStats, keep_unchanged: bool) -> None:
         table = self.table
         number = self._writes + 1
         versions_at, unchanged_at = (
@@ -439,7 +447,7 @@ class HotDelta:
             if versions:
                 frame = writes.versions_of(classified, table.schema, table.primary_key, self.delta_num)
                 _write_parquet(frame, versions_at, versions, table.primary_key)
-            if stats.rows_unchanged:
+            if stats.rows_unchanged and keep_unchanged:
                 frame = writes.unchanged_of(classified, table.schema)
                 _write_parquet(frame, unchanged_at, stats.rows_unchanged, table.primary_key)
         except BaseException:
@@ -450,7 +458,7 @@ class HotDelta:
         self._writes = number
         if versions:
             self._version_paths.append(versions_at)
-        if stats.rows_unchanged:
+        if stats.rows_unchanged and keep_unchanged:
             self._unchanged_paths.append(unchanged_at)
 
     def commit(self) -> DeltaInfo:
@@ -466,6 +474,13 @@ class HotDelta:
         self.table.catalog.rollback(self.table.name, self.delta_num, data_path=self.data_path)
         self.table.files.delete(self.data_path)
         self._status = "rolled back"
+
+    def _check_writable(self, action: str) -> None:
+        self._check_open(action)
+        if self._last_written:
+            raise DeltaClosedError(
+                self.table.name, f"cannot {action} delta {self.delta_num}: its last write is done",
+            )
 
     def _check_open(self, action: str) -> None:
         if self._status != "open":
