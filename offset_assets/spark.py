@@ -126,24 +126,29 @@ def check_before_start(master: str | None, remote: str | None) -> None:
         check_endpoint(master)
 
 
-def ensure_base_settings(spark: SparkSession, requested: Mapping[str, Any] | None = None) -> None:
-    """Give `spark` the settings of `BASE_CONF`, whoever built it. They are runtime SQL
-    settings, so `spark.conf.set` applies them on a classic and on a Connect session alike.
-    A different value in `requested` (the configuration the session was built from) is
-    refused rather than overridden behind its owner's back; so is a session that refuses one."""
+def check_base_settings(requested: Mapping[str, Any]) -> None:
+    """Refuse a configuration that asks for another value of a `BASE_CONF` setting,
+    rather than override it behind its owner's back."""
     for key, value in BASE_CONF.items():
-        asked = (requested or {}).get(key)
+        asked = requested.get(key)
         if asked is not None and str(asked) != value:
             raise SparkSettingError(
                 f"{key}={asked!r} in the Spark configuration: offset-assets needs {key}={value} "
                 "(remove the setting, or set it to that value)"
             )
+
+
+def ensure_base_settings(spark: SparkSession) -> None:
+    """Give `spark` the settings of `BASE_CONF`, whoever built it. They are runtime SQL
+    settings, so `spark.conf.set` applies them on a classic and on a Connect session alike;
+    a session that refuses one is an error naming it."""
+    for key, value in BASE_CONF.items():
         if spark.conf.get(key, None) == value:
             continue
         try:
             spark.conf.set(key, value)
         except Exception as exc:  # the server refused it: say which setting, not a gRPC trace
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first_line = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise SparkSettingError(
                 f"cannot set {key}={value} on the Spark session ({first_line[:200]}): "
                 "set it in the session's configuration (spark_config, or the Connect server's)"

@@ -55,7 +55,7 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, default_spark_master, default_spark_remote
-from offset_assets.spark import SparkSettingError, check_before_start, ensure_base_settings
+from offset_assets.spark import SparkSettingError, check_base_settings, check_before_start, ensure_base_settings
 
 # What `IncrementalEngineResource.spark` accepts.
 SparkProvider = LazyPySparkResource | PySparkResource
@@ -130,6 +130,9 @@ def check_provider_before_start(provider: SparkProvider) -> None:
 
 def data_plane_session(provider: SparkProvider) -> SparkSession:
     """`provider`'s session, checked before it starts and given the base settings."""
+    # Before the provider builds anything: it would apply a conflicting setting to the
+    # process's shared session.
+    check_base_settings(requested_settings(provider))
     # dagster-pyspark keeps the session it built in `_spark_session`: none yet (and no
     # session active in the process) means this access starts Spark, so check first.
     if getattr(provider, "_spark_session", None) is None and SparkSession.getActiveSession() is None:
@@ -142,5 +145,5 @@ def data_plane_session(provider: SparkProvider) -> SparkSession:
     session = provider.spark_session
     if session is None:  # a PySparkResource outside a run, with a session active elsewhere
         raise SparkSettingError("PySparkResource has no session outside a Dagster step: use LazyPySparkResource")
-    ensure_base_settings(session, requested_settings(provider))
+    ensure_base_settings(session)
     return session
