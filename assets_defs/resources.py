@@ -30,8 +30,8 @@ from offset_assets.dagster_adapter import (
     IncrementalEngineResource,
     OffsetIOManager,
     OffsetStore,
+    spark_config_from_environment,
 )
-from offset_assets.dagster_adapter.spark_resource import spark_config_from_environment
 
 ENV_DEPLOYMENT = "OFFSET_ASSETS_DEPLOYMENT"
 DEPLOYMENTS = ("local", "production")

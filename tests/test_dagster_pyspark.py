@@ -136,3 +136,18 @@ def test_a_missing_java_is_one_line_naming_it_not_a_launcher_traceback(tmp_path)
         "offset_assets.errors.JavaNotFoundError: Java not found: Spark 4 needs Java 17+ "
         "(install openjdk-17 or set JAVA_HOME)")
     assert "JAVA_GATEWAY_EXITED" not in child.stderr
+
+
+def test_spark_session_resource_resolves_an_env_var_master_where_a_spark_config_cannot(monkeypatch, sqlite_url):
+    """The one thing SparkSessionResource adds: `master`/`remote` take dg.EnvVar, resolved in the run."""
+    monkeypatch.setenv("ANY_MASTER_VARIABLE", "spark://cluster:7077")
+    seen = []
+
+    @dg.asset
+    def probe(incremental_engine: IncrementalEngineResource) -> None:
+        seen.append(incremental_engine.spark.session_config())  # no session: nothing starts
+
+    engine = IncrementalEngineResource(offset_store=OffsetStore(db_url=sqlite_url), spark=SparkSessionResource(
+        master=dg.EnvVar("ANY_MASTER_VARIABLE"), spark_config={"spark.app.name": "x"}))
+    assert dg.materialize([probe], resources={"incremental_engine": engine}).success
+    assert seen == [{"spark.app.name": "x", "spark.master": "spark://cluster:7077"}]
