@@ -4,6 +4,10 @@ the source system live. Asset code is the same everywhere; only this file's choi
 - `local` (default): embedded defaults, zero set-up. SQLite control plane and source
   database and a Parquet warehouse under `./state` (`OFFSET_ASSETS_HOME`), Spark
   `local[*]`. Any of the variables below, when set, still wins.
+
+Spark is dagster-pyspark's `LazyPySparkResource` in both: its `spark_config` names the
+master (`spark.master`) or the Spark Connect endpoint (`spark.remote`) from the
+environment when the definitions load, which every process running a step does.
 - `production` (`OFFSET_ASSETS_DEPLOYMENT=production`): every location must be given,
   so a forgotten variable fails the code location load instead of writing to ./state:
   `OFFSET_ASSETS_DB_URL` (PostgreSQL), `OFFSET_ASSETS_WAREHOUSE` (s3a://..., hdfs://...),
@@ -17,6 +21,7 @@ import os
 from typing import Any
 
 import dagster as dg
+from dagster_pyspark import LazyPySparkResource
 
 from assets_defs import source_system
 from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_SPARK_REMOTE, ENV_WAREHOUSE
@@ -25,7 +30,7 @@ from offset_assets.dagster_adapter import (
     IncrementalEngineResource,
     OffsetIOManager,
     OffsetStore,
-    SparkSessionResource,
+    spark_config_from_environment,
 )
 
 ENV_DEPLOYMENT = "OFFSET_ASSETS_DEPLOYMENT"
@@ -84,17 +89,19 @@ def _resources(engine: IncrementalEngineResource) -> dict[str, Any]:
 
 
 def local_resources() -> dict[str, Any]:
-    return _resources(IncrementalEngineResource(
-        offset_store=OffsetStore(), spark=SparkSessionResource(conf=LOCAL_SPARK_CONF)))
+    spark = LazyPySparkResource(spark_config=spark_config_from_environment(
+        {"spark.app.name": "offset-assets", **LOCAL_SPARK_CONF}))
+    return _resources(IncrementalEngineResource(offset_store=OffsetStore(), spark=spark))
 
 
 def production_resources() -> dict[str, Any]:
     _require_production_variables()
+    # Cluster-wide settings belong in spark-defaults.conf (SPARK_CONF_DIR) or the Connect server.
+    spark = LazyPySparkResource(spark_config=spark_config_from_environment(
+        {"spark.app.name": "offset-assets-reference"}))
     return _resources(IncrementalEngineResource(
         offset_store=OffsetStore(db_url=dg.EnvVar(ENV_DB_URL)),
-        spark=SparkSessionResource(
-            **{"remote" if _spark_variable() == ENV_SPARK_REMOTE else "master": dg.EnvVar(_spark_variable())},
-            app_name="offset-assets-reference"),
+        spark=spark,
         warehouse=dg.EnvVar(ENV_WAREHOUSE),
     ))
 

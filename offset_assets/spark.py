@@ -16,6 +16,8 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
@@ -103,6 +105,56 @@ def is_local_driver(spark: SparkSession) -> bool:
     return not is_connect_session(spark) and spark.conf.get("spark.master", "").startswith("local")
 
 
+class SparkSettingError(OffsetAssetsError):
+    """A setting the data plane relies on conflicts with the session's or cannot be applied."""
+
+
+def check_before_start(master: str | None, remote: str | None) -> None:
+    """What starting a session needs, checked before Spark is asked: for a Connect client
+    the endpoint answers; for a driver of this process Java 17+ is there and a cluster
+    master answers. Both a master and an endpoint is refused (a Connect server has its own)."""
+    if master and remote:
+        raise SparkUnavailableError(
+            f"both a master ({master}) and a Spark Connect endpoint ({remote}) were given: "
+            "a Connect server has its own master, choose one"
+        )
+    if remote:
+        check_endpoint(remote)
+        return
+    check_java()
+    if master:
+        check_endpoint(master)
+
+
+def check_base_settings(requested: Mapping[str, Any]) -> None:
+    """Refuse a configuration that asks for another value of a `BASE_CONF` setting,
+    rather than override it behind its owner's back."""
+    for key, value in BASE_CONF.items():
+        asked = requested.get(key)
+        if asked is not None and str(asked) != value:
+            raise SparkSettingError(
+                f"{key}={asked!r} in the Spark configuration: offset-assets needs {key}={value} "
+                "(remove the setting, or set it to that value)"
+            )
+
+
+def ensure_base_settings(spark: SparkSession) -> None:
+    """Give `spark` the settings of `BASE_CONF`, whoever built it. They are runtime SQL
+    settings, so `spark.conf.set` applies them on a classic and on a Connect session alike;
+    a session that refuses one is an error naming it."""
+    for key, value in BASE_CONF.items():
+        if spark.conf.get(key, None) == value:
+            continue
+        try:
+            spark.conf.set(key, value)
+        except Exception as exc:  # the server refused it: say which setting, not a gRPC trace
+            first_line = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise SparkSettingError(
+                f"cannot set {key}={value} on the Spark session ({first_line[:200]}): "
+                "set it in the session's configuration (spark_config, or the Connect server's)"
+            ) from exc
+
+
 def get_spark_session(
     master: str | None = None,
     app_name: str = "offset-assets",
@@ -115,20 +167,11 @@ def get_spark_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    if master and remote:
-        raise SparkUnavailableError(
-            f"both a master ({master}) and a Spark Connect endpoint ({remote}) were given: "
-            "a Connect server has its own master, choose one"
-        )
     remote = remote if master else remote or default_spark_remote()
-    if remote:
-        check_endpoint(remote)
-        builder = SparkSession.builder.remote(remote)
-    else:
+    if not remote:
         master = master or default_spark_master()
-        check_java()
-        check_endpoint(master)
-        builder = SparkSession.builder.master(master)
+    check_before_start(master, remote)
+    builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master(master)
     builder = builder.appName(app_name)
     for key, value in {**BASE_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 from dagster._daemon.types import DaemonHeartbeat
+from dagster_pyspark import LazyPySparkResource
 
 from assets_defs import source_system
 from assets_defs.assets.ingestion import ENV_INGEST_START, build_ingestion, ingest_start
@@ -93,9 +94,17 @@ def test_production_definitions_need_every_location_and_take_them_from_the_envir
     dg.Definitions.validate_loadable(defs)
     assert defs.get_assets_def("posts").metadata_by_key[dg.AssetKey("posts")]["offset_assets/table"] == "posts"
     engine = defs.resources["incremental_engine"]
-    assert (engine.warehouse.env_var_name, engine.offset_store.db_url.env_var_name,
-            engine.spark.master.env_var_name) == (
-        "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_DB_URL", "OFFSET_ASSETS_SPARK_MASTER")
+    assert (engine.warehouse.env_var_name, engine.offset_store.db_url.env_var_name) == (
+        "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_DB_URL")
+    # dagster-pyspark's lazy resource, its spark_config from the environment.
+    assert isinstance(engine.spark, LazyPySparkResource)
+    assert engine.spark.spark_config == {"spark.app.name": "offset-assets-reference",
+                                         "spark.master": "spark://master:7077"}
+    monkeypatch.setenv("OFFSET_ASSETS_SPARK_REMOTE", "sc://connect:15002")
+    monkeypatch.delenv("OFFSET_ASSETS_SPARK_MASTER")
+    connect_spark = build_definitions().resources["incremental_engine"].spark
+    assert connect_spark.spark_config == {"spark.app.name": "offset-assets-reference",
+                                          "spark.remote": "sc://connect:15002"}
     assert defs.resources["io_manager"].engine is engine
     monkeypatch.setenv(ENV_INGEST_START, "2024-01-01")
     assert build_ingestion("sqlite://").post_updates.partitions_def.get_first_partition_key() == "2024-01-01"

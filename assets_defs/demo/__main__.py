@@ -48,13 +48,15 @@ def demo(ctx: click.Context, users: int, posts: int, inserts: int, updates: int,
 
     from assets_defs.demo.report import render
     from assets_defs.demo.story import run_story
-    from assets_defs.resources import LOCAL_SPARK_CONF
+    from assets_defs.resources import resources_for
     from offset_assets.config import ENV_SPARK_REMOTE
-    from offset_assets.spark import get_spark_session, is_connect_session
+    from offset_assets.dagster_adapter import ENGINE_RESOURCE_KEY
+    from offset_assets.spark import is_connect_session
 
     started = time.monotonic()
     try:
-        spark = get_spark_session(conf=LOCAL_SPARK_CONF)
+        # Started through the project's own Spark resource (checked first, then shared by the story's runs).
+        spark = resources_for()[ENGINE_RESOURCE_KEY].spark_session
         if not is_connect_session(spark):  # a Connect server's log level is the server's own
             spark.sparkContext.setLogLevel("ERROR")
         where = os.environ.get(ENV_SPARK_REMOTE) if is_connect_session(spark) else spark.conf.get("spark.master")

@@ -10,6 +10,7 @@ _EXPORTS = {
     # resources
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",
     "SparkSessionResource": "offset_assets.dagster_adapter.spark_resource",
+    "spark_config_from_environment": "offset_assets.dagster_adapter.spark_resource",
     "IncrementalEngineResource": "offset_assets.dagster_adapter.engine_resource",
     "ENGINE_RESOURCE_KEY": "offset_assets.dagster_adapter.engine_resource",
     "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",

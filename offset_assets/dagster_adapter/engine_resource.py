@@ -1,8 +1,8 @@
 """`IncrementalEngineResource`: the engine as a typed Dagster resource.
 
 One resource holds everything an incremental or ingestion asset needs: the control
-plane (through the `OffsetStore` it nests), the Spark session (through the nested
-`SparkSessionResource`), the warehouse root and the engine settings. Asset bodies take
+plane (through the `OffsetStore` it nests), the Spark session (through dagster-pyspark's
+`LazyPySparkResource`, or `PySparkResource`), the warehouse root and the engine settings. Asset bodies take
 it as a parameter, the way dagster-dbt's assets take a `DbtCliResource`:
 
     @dg.asset
@@ -19,7 +19,7 @@ manager serving its table to downstream assets can never disagree on where table
 import json
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
@@ -28,7 +28,7 @@ from offset_assets.control_plane.delta_catalog import DeltaCatalog, UnknownTable
 from offset_assets.control_plane.leases import DEFAULT_TTL_S
 from offset_assets.dagster_adapter.metadata import IncrementalAsset, table_name_for
 from offset_assets.dagster_adapter.offset_store import OffsetStore
-from offset_assets.dagster_adapter.spark_resource import SparkSessionResource
+from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
@@ -40,10 +40,13 @@ ENGINE_RESOURCE_KEY = "incremental_engine"
 class IncrementalEngineResource(dg.ConfigurableResource):
     """Runs incremental transformations and ingestion ranges: versioned tables as Parquet
     under `warehouse`, catalogued with their offsets in the control plane of
-    `offset_store`, computed by the Spark session of `spark`."""
+    `offset_store`, computed by the Spark session of `spark` (dagster-pyspark's `LazyPySparkResource`
+    or `PySparkResource`)."""
 
     offset_store: OffsetStore = Field(description="The control plane (offsets, delta catalog).")
-    spark: SparkSessionResource = Field(description="The Spark session of the data plane.")
+    # A resource dependency, not a nested config: Dagster's config schema cannot hold a
+    # union of resource classes, and the provider's own config is the one to edit.
+    spark: dg.ResourceDependency[SparkProvider]
     warehouse: str | None = Field(
         default=None,
         description="Warehouse root (any Hadoop URI); default OFFSET_ASSETS_WAREHOUSE, "
@@ -67,9 +70,15 @@ class IncrementalEngineResource(dg.ConfigurableResource):
     def control_plane(self) -> ControlPlane:
         return self.offset_store.control_plane()
 
+    # The session whose settings were applied: checked once, not on every table access.
+    _session: SparkSession | None = PrivateAttr(default=None)
+
     @property
     def spark_session(self) -> SparkSession:
-        return self.spark.spark_session
+        """The provider's session, with what the data plane relies on checked or applied."""
+        if self._session is None or self.spark.spark_session is not self._session:
+            self._session = data_plane_session(self.spark)
+        return self._session
 
     def engine(self) -> IncrementalEngine:
         """An engine with this resource's settings (cheap: state lives in the control plane)."""

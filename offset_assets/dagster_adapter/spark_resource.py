@@ -1,17 +1,25 @@
-"""`SparkSessionResource`: the data plane's Spark session as a Dagster resource.
+"""The data plane's Spark session in Dagster: dagster-pyspark's resources.
 
-The resource returns the session already active in the process, else builds one
-(`offset_assets.spark.get_spark_session`: Java checked first, UTC, the given master and
-conf), or connects to a Spark Connect server when `remote` (or
-`OFFSET_ASSETS_SPARK_REMOTE`) names one. It never stops the session: the session
-belongs to the process and is shared by every step, check and test running there. The
-session is built on first use, so steps that only touch the control plane (offset
-checks, sensors) never start a JVM.
+`IncrementalEngineResource(spark=...)` takes dagster-pyspark's `LazyPySparkResource`
+(recommended) or `PySparkResource`, configured as for any other PySpark code of the
+project (`spark_config` goes to `SparkSession.builder.config`; `spark.remote` there gives
+a Spark Connect client). Whatever built the session, the engine holds it to what the
+data plane relies on (`data_plane_session`): before the session exists, the Java check
+and the endpoint check run on the provider's configuration, so a missing Java or a
+master that does not answer is one clear line; once it exists, the UTC session time
+zone is applied on it (or the conflicting setting is named). A relative warehouse is
+refused with a cluster master or Connect by the tables themselves, from the session.
 
-Why not `dagster_pyspark.PySparkResource`: it builds the session eagerly in every step
-(the offset checks would pay a Spark start-up for nothing), applies none of the settings
-the data plane relies on (UTC session time zone, the Java and endpoint checks), and
-exposes `spark_context`, which a Spark Connect session does not have.
+`LazyPySparkResource` builds the session on the first access of `.spark_session`, so
+steps that only touch the control plane (offset checks, sensors) start no JVM.
+`PySparkResource` builds it when each step starts, before the engine sees it: the
+checks cannot run first, and every step pays a Spark start-up.
+
+`SparkSessionResource` is a `LazyPySparkResource` whose master or Connect endpoint is
+resolved when the session is built, in the process that builds it: from `master` /
+`remote`, which take `dg.EnvVar`, else `OFFSET_ASSETS_SPARK_MASTER` /
+`OFFSET_ASSETS_SPARK_REMOTE`. A `spark_config` is a plain dictionary fixed when the
+definitions load; `spark_config_from_environment` fills one from the same variables.
 
 Spark sessions and Dagster executors
 ------------------------------------
@@ -31,23 +39,44 @@ competing for the same cores. Hence:
   whatever the executor. On a standalone cluster give each application a share of the
   cores (`spark.cores.max`), or parallel steps queue behind the first application.
 
-The control-plane parts of the adapter (offset checks, sensors) never ask for a session.
+The engine never stops the session: it belongs to the process (and to the provider).
 """
 
 # No `from __future__ import annotations`: Dagster builds the resource's config schema
 # from its field annotations, which must be real types, not strings.
 
-import dagster as dg
+import os
+from typing import Any
+
+from dagster_pyspark import LazyPySparkResource, PySparkResource
+from dagster_pyspark.resources import spark_session_from_config
+from dagster_spark.utils import flatten_dict
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from offset_assets.spark import get_spark_session
+from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, default_spark_master, default_spark_remote
+from offset_assets.spark import SparkSettingError, check_base_settings, check_before_start, ensure_base_settings
+
+# What `IncrementalEngineResource.spark` accepts.
+SparkProvider = LazyPySparkResource | PySparkResource
 
 
-class SparkSessionResource(dg.ConfigurableResource):
-    """The process's Spark session: the active one, else one built from `master` or
-    `remote`, `app_name` and `conf` (settings ignored when a session is already active)."""
+def spark_config_from_environment(conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A `spark_config` naming where Spark runs as the environment says: `spark.remote`
+    from `OFFSET_ASSETS_SPARK_REMOTE`, else `spark.master` from `OFFSET_ASSETS_SPARK_MASTER`
+    (else `local[*]`), plus `conf`."""
+    remote = default_spark_remote()
+    return {**(conf or {}), **({"spark.remote": remote} if remote else {"spark.master": default_spark_master()})}
 
+
+class SparkSessionResource(LazyPySparkResource):
+    """A `LazyPySparkResource` whose master or Connect endpoint is read when the session is
+    built: `master` or `remote` (each may be a `dg.EnvVar`), else the OFFSET_ASSETS_SPARK_*
+    variables; `spark_config` holds the other settings."""
+
+    spark_config: dict[str, Any] = Field(
+        default_factory=dict, description="Spark settings for a new session (SparkSession.builder.config)."
+    )
     master: str | None = Field(
         default=None,
         description="spark.master; default OFFSET_ASSETS_SPARK_MASTER, else local[*].",
@@ -57,11 +86,64 @@ class SparkSessionResource(dg.ConfigurableResource):
         description="Spark Connect endpoint (sc://host:15002) instead of a driver in this "
         "process; default OFFSET_ASSETS_SPARK_REMOTE. Exclusive with master.",
     )
-    app_name: str = Field(default="offset-assets", description="Spark application name.")
-    conf: dict[str, str] = Field(
-        default_factory=dict, description="Extra Spark settings for a new session."
-    )
 
-    @property
-    def spark_session(self) -> SparkSession:
-        return get_spark_session(master=self.master, app_name=self.app_name, conf=self.conf, remote=self.remote)
+    def session_config(self) -> dict[str, Any]:
+        """The settings the session is built from: `spark_config` and where Spark runs."""
+        flat = dict(flatten_dict(self.spark_config))
+        if self.master or self.remote:
+            where = {"spark.master": self.master} if self.master else {}
+            where.update({"spark.remote": self.remote} if self.remote else {})
+        elif "spark.master" in flat or "spark.remote" in flat:
+            where = {}
+        else:
+            where = spark_config_from_environment()
+        return {**flat, **where}
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            self._spark_session = spark_session_from_config(self.session_config())
+
+
+def requested_settings(provider: SparkProvider) -> dict[str, Any]:
+    """The flat settings `provider` builds its session from."""
+    if isinstance(provider, SparkSessionResource):
+        return provider.session_config()
+    return dict(flatten_dict(provider.spark_config or {}))
+
+
+def check_provider_before_start(provider: SparkProvider) -> None:
+    """The Java and endpoint checks on the settings `provider` will start Spark with."""
+    settings = requested_settings(provider)
+    master, remote = settings.get("spark.master"), settings.get("spark.remote")
+    if not (master or remote):
+        # Spark would ignore these variables: they are offset-assets', not Spark's.
+        ignored = [name for name in (ENV_SPARK_REMOTE, ENV_SPARK_MASTER) if os.environ.get(name)]
+        if ignored:
+            raise SparkSettingError(
+                f"{ignored[0]} is set, but the {type(provider).__name__}'s spark_config names neither "
+                "spark.master nor spark.remote, so Spark would start a local driver: put it in "
+                "spark_config (spark_config_from_environment()) or use SparkSessionResource"
+            )
+    # pyspark's own variable: a builder without spark.remote still connects to it.
+    check_before_start(master, remote or os.environ.get("SPARK_REMOTE"))
+
+
+def data_plane_session(provider: SparkProvider) -> SparkSession:
+    """`provider`'s session, checked before it starts and given the base settings."""
+    # Before the provider builds anything: it would apply a conflicting setting to the
+    # process's shared session.
+    check_base_settings(requested_settings(provider))
+    # dagster-pyspark keeps the session it built in `_spark_session`: none yet (and no
+    # session active in the process) means this access starts Spark, so check first.
+    if getattr(provider, "_spark_session", None) is None and SparkSession.getActiveSession() is None:
+        if isinstance(provider, PySparkResource):
+            raise SparkSettingError(
+                "PySparkResource builds its session only when a Dagster step sets it up; "
+                "outside a run use LazyPySparkResource, which builds it on first use"
+            )
+        check_provider_before_start(provider)
+    session = provider.spark_session
+    if session is None:  # a PySparkResource outside a run, with a session active elsewhere
+        raise SparkSettingError("PySparkResource has no session outside a Dagster step: use LazyPySparkResource")
+    ensure_base_settings(session)
+    return session
