@@ -75,6 +75,27 @@ def _spark_only_where_asked(request):
         pytest.fail("this test started a Spark session without asking for the `spark` fixture")
 
 
+@pytest.fixture(autouse=True)
+def _spark_conf_restored(request):
+    """The shared session's runtime settings as every test found them. A Spark provider
+    builds its session with `getOrCreate`, which applies its `spark_config` to the running
+    session: the reference project's (adaptive execution on) would otherwise stay for the
+    rest of the worker's tests, and the job budgets count jobs under the test settings."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    conf = request.getfixturevalue("spark").conf
+    before = conf.getAll
+    yield
+    after = conf.getAll
+    for key in after.keys() - before.keys():
+        if conf.isModifiable(key):
+            conf.unset(key)
+    for key, value in before.items():
+        if after.get(key) != value and conf.isModifiable(key):
+            conf.set(key, value)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
