@@ -18,19 +18,27 @@ ENV_SPARK_MASTER = "OFFSET_ASSETS_SPARK_MASTER"
 ENV_SPARK_REMOTE = "OFFSET_ASSETS_SPARK_REMOTE"
 
 
+def state_path() -> Path:
+    """Where the local state folder is (`OFFSET_ASSETS_HOME`, else ./state), not created."""
+    return Path(os.environ.get(ENV_HOME, "state")).resolve()
+
+
 def state_dir() -> Path:
     """Local folder for embedded state (SQLite file, warehouse); created on demand."""
-    path = Path(os.environ.get(ENV_HOME, "state")).resolve()
+    path = state_path()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def default_db_url() -> str:
-    """Control-plane URL: `OFFSET_ASSETS_DB_URL`, else a SQLite file in the state folder."""
+    """Control-plane URL: `OFFSET_ASSETS_DB_URL`, else a SQLite file in the state folder.
+
+    Naming the URL creates nothing: `connect` creates the file and its folder when it
+    creates the control plane, and the CLI, which never does, can look without creating."""
     url = os.environ.get(ENV_DB_URL)
     if url:
         return url
-    return f"sqlite:///{state_dir() / 'control_plane.db'}"
+    return f"sqlite:///{state_path() / 'control_plane.db'}"
 
 
 def default_warehouse() -> str:

@@ -13,7 +13,22 @@ class OffsetAssetsError(Exception):
 
 
 class ControlPlaneUnavailableError(OffsetAssetsError):
-    """The control-plane database cannot be reached or its URL is malformed."""
+    """The control-plane database cannot be reached or its URL is malformed.
+
+    `url` is the URL with its password masked and `cause` the first line of what failed,
+    so the message is one line that never holds the password. Subclasses (a malformed
+    URL, no control plane there) live next to `connect`.
+    """
+
+    def __init__(self, problem: str, url: str, cause: str) -> None:
+        # All three in `args`, so the error survives pickling between processes.
+        super().__init__(problem, url, cause)
+        self.problem = problem
+        self.url = url
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return f"{self.problem} {self.url}: {self.cause}"
 
 
 class InvalidOffsetError(OffsetAssetsError, ValueError):

@@ -69,7 +69,8 @@ def test_offsets_are_shown_as_iso_utc_with_microseconds():
 # --- offsets ----------------------------------------------------------------------------
 
 
-def test_offsets_on_an_empty_database_says_so(db_url):
+def test_offsets_on_a_control_plane_without_offsets_says_so(offsets, db_url):
+    # `offsets` created the control plane, as a pipeline's first run does; the CLI never does.
     result = run(db_url, "offsets")
     assert result.exit_code == 0
     assert result.output == "no offsets\n"
@@ -198,7 +199,7 @@ def test_metrics_exposes_offset_age_and_value_per_input_in_prometheus_format(off
     assert ages[("enrich", "posts")] == pytest.approx(60, abs=30)
 
 
-def test_metrics_on_an_empty_database_declares_the_metrics_without_samples(db_url):
+def test_metrics_on_a_control_plane_without_offsets_declares_the_metrics_without_samples(offsets, db_url):
     result = run(db_url, "metrics")
     assert result.exit_code == 0
     families = {f.name: f.samples for f in text_string_to_metric_families(result.output)}

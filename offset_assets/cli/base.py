@@ -1,4 +1,16 @@
-"""The root command group and how every command turns errors into one clear line."""
+"""The root command group, the control plane every command acts on, and how every command
+turns errors into one clear line.
+
+No command creates a control plane; pipeline runs do (`connect` from the engine and the
+Dagster resources creates and migrates it on the first run). Every command reads or
+changes what runs recorded: `offsets`, `metrics`, `deltas` and `jobs` read; `rescan`,
+`reset`, `reprocess` and `init-offsets` change the offsets of a transformation that ran;
+`compact` and `cleanup` rewrite tables a run registered. On a new, empty control plane
+none has anything to act on, so a command run where there is none (outside the project
+folder, a mistyped path) says where it looked and exits 1, instead of creating an empty
+SQLite file and reporting "no offsets" as if nothing had run. An existing control plane
+of an older revision is still migrated to head, as any use of the library does.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +21,28 @@ from typing import Any
 
 import click
 
-from offset_assets.config import default_db_url
+from offset_assets.config import ENV_DB_URL, default_db_url
+from offset_assets.control_plane.database import ControlPlane, ControlPlaneNotFoundError, connect
 from offset_assets.errors import OffsetAssetsError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db-url",
-    envvar="OFFSET_ASSETS_DB_URL",
+    envvar=ENV_DB_URL,
     default=None,
-    help="Control-plane database URL (default: SQLite file in ./state).",
+    help="Control-plane database URL (default: control_plane.db in ./state or $OFFSET_ASSETS_HOME; "
+    "the CLI never creates it).",
 )
 @click.pass_context
 def main(ctx: click.Context, db_url: str | None) -> None:
     """offset-assets: incremental Dagster + Spark pipelines, operated from the shell."""
-    ctx.obj = {"db_url": db_url or default_db_url()}
+    ctx.obj = {"db_url": db_url or default_db_url(), "db_url_is_default": not db_url}
+
+
+def open_control_plane(obj: dict[str, Any]) -> ControlPlane:
+    """The existing control plane the command acts on; never created (see above)."""
+    return connect(obj["db_url"], create=False)
 
 
 def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,8 +52,19 @@ def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except ControlPlaneNotFoundError as exc:
+            click.echo(f"error: {exc}{_where_the_cli_looked()}; the CLI creates none, "
+                       "a pipeline's first run does", err=True)
+            sys.exit(1)
         except OffsetAssetsError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
 
     return wrapper
+
+
+def _where_the_cli_looked() -> str:
+    context = click.get_current_context(silent=True)
+    if context is None or not (context.obj or {}).get("db_url_is_default"):
+        return ""
+    return f" (the default path, as neither --db-url nor {ENV_DB_URL} names one)"

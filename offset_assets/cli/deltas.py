@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-from offset_assets.cli.base import clear_errors, main
+from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.offsets import iso_utc
-from offset_assets.control_plane.database import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo, UnknownTableError
 
 HEADER = ["delta", "status", "committed at (UTC)", "upserted", "deleted", "run", "holder"]
@@ -49,7 +48,7 @@ def _render(rows: list[list[str]]) -> str:
 def deltas_command(obj: dict[str, Any], table: str, limit: int | None, as_json: bool) -> None:
     """Deltas of versioned table TABLE, newest first: number, status (hot/committed),
     commit time, versions upserted and deleted, the run and holder that wrote it."""
-    catalog = DeltaCatalog(connect(obj["db_url"]))
+    catalog = DeltaCatalog(open_control_plane(obj))
     if catalog.table_spec(table) is None:
         known = ", ".join(catalog.tables()) or "none"
         raise UnknownTableError(

@@ -12,10 +12,9 @@ import click
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from offset_assets.cli.base import clear_errors, main
+from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.offsets import iso_utc, require_known
 from offset_assets.config import default_warehouse
-from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.engine.errors import TransformationDefinitionError
@@ -71,7 +70,7 @@ def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], refere
 
     Never lowers an existing offset. Inputs default to those that already have offsets.
     """
-    plane = connect(obj["db_url"])
+    plane = open_control_plane(obj)
     require_known(plane, transformation)
     warehouse = warehouse or default_warehouse()
     refs = [_parse_reference(text) for text in references]

@@ -8,9 +8,8 @@ from typing import Any
 
 import click
 
-from offset_assets.cli.base import clear_errors, main
+from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.offsets import human_age, iso_utc
-from offset_assets.control_plane.database import connect
 from offset_assets.control_plane.job_log import JobLog, JobRecord, JobStatus
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.ranges.planners import RangeKind, parse_time
@@ -90,7 +89,7 @@ def jobs_command(obj: dict[str, Any], name: str | None, status: str | None, limi
                  as_json: bool) -> None:
     """Ranges in job_log (all jobs, or job NAME), newest first: bounds, status, attempts,
     timing, steps per status, the run that holds or ran the range, and the last error."""
-    log = JobLog(connect(obj["db_url"]))
+    log = JobLog(open_control_plane(obj))
     rows = log.jobs(name, status=status.upper() if status else None, limit=limit)
     if name is not None and not rows and name not in log.job_names():
         known = ", ".join(log.job_names()) or "none"

@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
-from offset_assets.cli.base import clear_errors, main
+from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.init_offsets import open_registered_table
 from offset_assets.config import default_warehouse
-from offset_assets.control_plane.database import ControlPlane, connect
+from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, UnknownTableError
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.maintenance import (
@@ -78,7 +78,7 @@ def compact_command(obj: dict[str, Any], table: str, max_deltas: int, max_rows_r
     --max-deltas / --max-rows-ratio only when that policy says it is due. History stays
     exact: deltas are kept, reads before the snapshot are unchanged.
     """
-    versioned = _open(connect(obj["db_url"]), table, warehouse or default_warehouse())
+    versioned = _open(open_control_plane(obj), table, warehouse or default_warehouse())
     result = maintain(versioned, MaintenancePolicy(max_deltas, max_rows_ratio))
     if result.compacted:
         rows = versioned.catalog.snapshot_at(table, result.snapshot_delta).row_count
@@ -103,7 +103,7 @@ def cleanup_command(obj: dict[str, Any], table: str | None, retention: float, wa
     retention; orphans are folders no catalog row references (rolled-back or crashed
     writes, failed compactions). The retention must exceed the longest run.
     """
-    plane = connect(obj["db_url"])
+    plane = open_control_plane(obj)
     names = [table] if table else DeltaCatalog(plane).tables()
     for name in names:
         result = cleanup(_open(plane, name, warehouse or default_warehouse()), retention)

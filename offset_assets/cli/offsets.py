@@ -16,8 +16,8 @@ from typing import Any
 import click
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from offset_assets.cli.base import clear_errors, main
-from offset_assets.control_plane.database import ControlPlane, connect
+from offset_assets.cli.base import clear_errors, main, open_control_plane
+from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
@@ -95,7 +95,7 @@ def require_known(plane: ControlPlane, transformation: str) -> None:
 @clear_errors
 def offsets_command(obj: dict[str, Any], transformation: str | None) -> None:
     """Committed offsets and how long since each last advanced."""
-    plane = connect(obj["db_url"])
+    plane = open_control_plane(obj)
     if transformation is not None:
         require_known(plane, transformation)
     stats = OffsetRepository(plane).get_statistics(transformation_id=transformation)
@@ -117,7 +117,7 @@ def offsets_command(obj: dict[str, Any], transformation: str | None) -> None:
 
 
 def _rescan(obj: dict[str, Any], transformation: str, input_name: str | None, yes: bool) -> None:
-    plane = connect(obj["db_url"])
+    plane = open_control_plane(obj)
     require_known(plane, transformation)
     repository = OffsetRepository(plane)
     target = _describe(transformation, input_name)
@@ -188,7 +188,7 @@ def reprocess_command(obj: dict[str, Any], transformation: str, yes: bool) -> No
     transformation's offsets. The next run processes every key whose meta is older than
     the request (all of them); a run that dies half-way leaves the request in place and
     the following run goes on with the keys still left."""
-    plane = connect(obj["db_url"])
+    plane = open_control_plane(obj)
     require_known(plane, transformation)
     requests = ReprocessRequests(plane)
     pending = requests.pending(transformation)
@@ -227,7 +227,7 @@ def metrics_command(obj: dict[str, Any]) -> None:
         labels,
         registry=registry,
     )
-    for s in OffsetRepository(connect(obj["db_url"])).get_statistics():
+    for s in OffsetRepository(open_control_plane(obj)).get_statistics():
         key = (s["transformation_id"], s["input_table_name"])
         age.labels(*key).set(s["offset_age_seconds"])
         value.labels(*key).set(s["update_ts_offset"])

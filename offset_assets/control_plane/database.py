@@ -8,16 +8,18 @@ failing on a lock upgrade half-way through a transaction.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import unquote
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import URL, Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from offset_assets.errors import ControlPlaneUnavailableError
 
@@ -25,36 +27,123 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "offset_assets_alembic_version"
 SQLITE_BUSY_TIMEOUT_S = 60
 
+# `scheme://user:` then everything up to the last `@`: the password of a URL that does
+# not parse. Greedy, so an unescaped `@` inside the password is hidden too.
+_USER_PASSWORD = re.compile(r"^([^:/?#]*://[^:@/?#]*:)(.*)@")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&]*)", re.IGNORECASE)
+
+
+class ControlPlaneURLError(ControlPlaneUnavailableError):
+    """The control-plane URL does not parse, or names a database SQLAlchemy cannot load."""
+
+    def __str__(self) -> str:
+        return f"{self.problem} {self.url!r}: {self.cause}"
+
+
+class ControlPlaneNotFoundError(ControlPlaneUnavailableError):
+    """No control plane at the URL (no SQLite file, or a database without the
+    control-plane tables), and the caller asked for an existing one."""
+
+
+def _parse(url: str) -> URL | None:
+    """`url` parsed; None when it does not parse or its password holds an unescaped `@`
+    (SQLAlchemy then reads the rest of the password as the host)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    return None if "@" in (parsed.host or "") else parsed
+
 
 def mask_url(url: str) -> str:
-    """The URL with its password hidden, for messages and logs."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url.split("@")[-1] if "@" in url else url
+    """The URL with its password hidden, for messages and logs.
+
+    Hides the password of the user part and of a `password` query parameter. A URL that
+    does not parse is masked from the user's `:` to its last `@`: the message may hide
+    too much, never the password."""
+    parsed = _parse(url)
+    if parsed is not None:
+        masked = parsed.render_as_string(hide_password=True)
+    else:
+        masked = _USER_PASSWORD.sub(r"\1***@", url)
+    return _QUERY_PASSWORD.sub(r"\1***", masked)
 
 
-def _create_engine(url: str) -> Engine:
+def _passwords(url: str) -> set[str]:
+    """The passwords written in `url`, as written and decoded, to strip from a driver's message."""
+    parsed = _parse(url)
+    if parsed is not None:
+        found = {parsed.password or ""}
+    else:
+        user_part = _USER_PASSWORD.match(url)
+        found = {user_part.group(2)} if user_part else set()
+    found |= {match.group(2) for match in _QUERY_PASSWORD.finditer(url)}
+    found |= {unquote(password) for password in found}
+    return {password for password in found if password}
+
+
+def _failure(
+    kind: type[ControlPlaneUnavailableError], problem: str, url: str, exc: BaseException
+) -> ControlPlaneUnavailableError:
+    """`kind` naming the masked URL and the first line of `exc`, any password removed."""
+    cause = _first_line(exc)
+    for password in _passwords(url):
+        cause = cause.replace(password, "***")
+    return kind(problem, mask_url(url), cause)
+
+
+def _create_engine(url: str, *, create: bool) -> Engine:
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise ControlPlaneUnavailableError(f"malformed control-plane URL {mask_url(url)!r}: {exc}") from None
+        raise _failure(ControlPlaneURLError, "malformed control-plane URL", url, exc) from None
+    except ValueError as exc:
+        # SQLAlchemy's one ValueError here is int() of the port (`:abc`, an unclosed `[::1`).
+        port = ValueError(f"the port is not a number ({exc})")
+        raise _failure(ControlPlaneURLError, "malformed control-plane URL", url, port) from None
+    if "@" in (parsed.host or ""):
+        # Read as user `u`, password `p`, host `ss@h`: the driver would echo part of the password.
+        raise ControlPlaneURLError(
+            "malformed control-plane URL", mask_url(url), "an '@' in the password must be written %40"
+        )
     try:
         if parsed.get_backend_name() == "sqlite":
-            if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(
-                parsed,
-                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None},
-            )
-            _make_sqlite_transactional(engine)
-            return engine
+            return _create_sqlite_engine(url, parsed, create=create)
         if parsed.drivername in ("postgresql", "postgres"):
             # SQLAlchemy 2.1 defaults to psycopg 3; the project ships psycopg2.
             parsed = parsed.set(drivername="postgresql+psycopg2")
         return create_engine(parsed, pool_pre_ping=True)
     except (NoSuchModuleError, ArgumentError, ImportError) as exc:
-        raise ControlPlaneUnavailableError(f"unsupported control-plane URL {mask_url(url)!r}: {exc}") from None
+        raise _failure(ControlPlaneURLError, "unsupported control-plane URL", url, exc) from None
+
+
+def _create_sqlite_engine(url: str, parsed: URL, *, create: bool) -> Engine:
+    path = _sqlite_file(parsed)
+    try:
+        if path is not None and create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif path is not None and not path.exists():
+            # Checked before the engine exists: SQLite creates the file on connecting.
+            # A relative path is resolved against the working folder: say which file.
+            missing = "the file" if path.is_absolute() else f"the file {path.resolve()}"
+            raise ControlPlaneNotFoundError("no control plane at", mask_url(url), f"{missing} does not exist")
+    except OSError as exc:
+        problem = "cannot create control-plane database" if create else "cannot reach control-plane database"
+        raise _failure(ControlPlaneUnavailableError, problem, url, exc) from None
+    engine = create_engine(
+        parsed,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None},
+    )
+    _make_sqlite_transactional(engine)
+    return engine
+
+
+def _sqlite_file(parsed: URL) -> Path | None:
+    """The file of a SQLite URL; None for an in-memory database or a `file:` URI
+    (`?uri=true`), whose path SQLite resolves itself."""
+    if not parsed.database or parsed.database == ":memory:" or parsed.query.get("uri"):
+        return None
+    return Path(parsed.database)
 
 
 def _make_sqlite_transactional(engine: Engine) -> None:
@@ -95,8 +184,8 @@ class ControlPlane:
                 yield conn
         except DBAPIError as exc:
             if exc.connection_invalidated or _is_connect_error(exc):
-                raise ControlPlaneUnavailableError(
-                    f"cannot reach control-plane database {self.masked_url}: {_first_line(exc)}"
+                raise _failure(
+                    ControlPlaneUnavailableError, "cannot reach control-plane database", self.url, exc
                 ) from None
             raise
 
@@ -118,15 +207,46 @@ _instances: dict[str, ControlPlane] = {}
 _instances_lock = threading.Lock()
 
 
-def connect(url: str) -> ControlPlane:
-    """The process-wide `ControlPlane` for `url`, created and migrated on first use."""
+def connect(url: str, *, create: bool = True) -> ControlPlane:
+    """The process-wide `ControlPlane` for `url`, created and migrated on first use.
+
+    With `create=False` (callers that only act on an existing control plane, such as
+    the CLI) nothing is created: where there is none, no SQLite file or a database
+    without the control-plane tables, `ControlPlaneNotFoundError` is raised. An existing
+    control plane of an older revision is still migrated to head.
+
+    A URL that does not parse or that the driver refuses, and a database that cannot be
+    reached, raise `ControlPlaneUnavailableError` (or a subclass) naming the URL with its
+    password masked and the cause.
+    """
     with _instances_lock:
         plane = _instances.get(url)
         if plane is None:
-            plane = ControlPlane(url, _create_engine(url))
-            upgrade_to_head(plane)
+            plane = ControlPlane(url, _create_engine(url, create=create))
+            try:
+                _open_first_connection(plane, require_schema=not create)
+                upgrade_to_head(plane)
+            except BaseException:
+                plane.dispose()
+                raise
             _instances[url] = plane
         return plane
+
+
+def _open_first_connection(plane: ControlPlane, *, require_schema: bool) -> None:
+    """One connection before anything else, so that whatever the driver refuses (a port
+    out of range, an unknown `sslmode`, a server that is not there, a file that is not
+    a database) fails here as one error, not half-way through a migration."""
+    try:
+        with plane.engine.connect() as conn:
+            has_schema = inspect(conn).has_table(VERSION_TABLE)
+    except (SQLAlchemyError, OSError, ValueError, TypeError) as exc:
+        # TypeError and ValueError: connect arguments from the URL's query the driver refuses.
+        raise _failure(ControlPlaneUnavailableError, "cannot reach control-plane database", plane.url, exc) from None
+    if require_schema and not has_schema:
+        raise ControlPlaneNotFoundError(
+            "no control plane at", plane.masked_url, f"the database has no {VERSION_TABLE} table"
+        )
 
 
 def forget(url: str) -> None:
@@ -151,8 +271,8 @@ def upgrade_to_head(plane: ControlPlane, revision: str = "head") -> None:
         command.upgrade(alembic_config(plane), revision)
     except DBAPIError as exc:
         if _is_connect_error(exc):
-            raise ControlPlaneUnavailableError(
-                f"cannot reach control-plane database {plane.masked_url}: {_first_line(exc)}"
+            raise _failure(
+                ControlPlaneUnavailableError, "cannot reach control-plane database", plane.url, exc
             ) from None
         raise
 

@@ -1,0 +1,5 @@
+"""`python -m offset_assets.cli`: the `offset-assets` command without its console script."""
+
+from offset_assets.cli import main
+
+main(prog_name="offset-assets")
