@@ -7,12 +7,15 @@ made incremental by its metadata, so it reads `enriched_posts` through the
 `OffsetIOManager` (load_input / handle_output).
 """
 
+import time
+
 import dagster as dg
 import pytest
 import sqlalchemy as sa
 from pyspark.sql import DataFrame
 
 from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.schema import run_lease
 from offset_assets.dagster_adapter import (
     OffsetStore,
@@ -78,6 +81,11 @@ def materialization(result, key: str) -> dict:
     return {name: value.value for name, value in event.metadata.items()}
 
 
+def valueless(meta: dict) -> list[str]:
+    """Entries the UI would show as `null` or `{}`."""
+    return sorted(name for name, value in meta.items() if value is None or value == {})
+
+
 @pytest.mark.quick
 def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
         world, resources, store):
@@ -93,8 +101,10 @@ def test_second_materialization_of_a_chain_processes_only_the_changed_posts(
     assert meta["changed_keys"] == 4
     assert meta["rows_read.posts"] == 4 and meta["rows_read.profiles"] == 3
     assert meta["rows_written.enriched_posts"] == 4
-    assert meta["offset_before.posts"] is None
+    assert "offset_before.posts" not in meta  # no offset yet: no entry, not a null
     assert meta["offset_after.posts"] == world.posts.last_committed().commit_ts
+    assert "offsets_reset" not in meta and "reset_reason" not in meta
+    assert valueless(meta) == []
     assert meta["change_detection"] == "v2" and meta["batches"] == 1
     assert meta["mode"] == "incremental"
     assert meta["dagster/row_count"] == 4  # the catalog's row count: actual rows of the table
@@ -135,6 +145,33 @@ def test_profile_change_retriggers_only_the_posts_of_that_author(world, resource
     assert meta["rows_read.profiles"] == 1  # filtered join: one profile read
     assert ("ann-renamed",) in rows_of(world.enriched.read_actual(), ["author"])
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+
+
+def test_run_with_nothing_to_do_names_its_wall_clock_and_its_inputs_commit_time_apart(
+        world, resources, store):
+    seed(world)
+    enriched, stats_asset = enriched_asset(), user_post_stats_asset()
+    dg.materialize([enriched, stats_asset], resources=resources)
+    offset = store.get_offsets_for_transformation("user_post_stats")["enriched_posts"]
+    committed_up_to = DeltaCatalog(world.posts.plane).last_commit_ts()  # the last commit: stats'
+
+    before = time.time()
+    quiet = dg.materialize([dg.AssetSpec("enriched_posts"), stats_asset], resources=resources)
+    after = time.time()
+    meta = materialization(quiet, "user_post_stats")
+    assert meta["changed_keys"] == 0 and meta["processed_keys"] == 0
+    assert valueless(meta) == []
+    # The run's wall clock and the commit clock of what it read, under different names:
+    # nothing was committed since, so the inputs' time is before the run.
+    assert committed_up_to <= before <= meta["run_started_at"] <= meta["run_finished_at"] <= after
+    assert meta["inputs_committed_up_to"] == committed_up_to
+    assert "process_ts" not in meta
+    assert f"Read the inputs as committed up to {iso_utc(committed_up_to)}." in meta["summary"]
+    assert meta["offset_before.enriched_posts"] == meta["offset_after.enriched_posts"] == offset
+    assert meta["offset_lag_s.enriched_posts"] == 0.0
+    assert meta["deltas_committed.user_post_stats"] == 0
+    assert "delta.user_post_stats" not in meta  # nothing committed: no delta number
+    assert "offsets_reset" not in meta and "reset_reason" not in meta
 
 
 def test_failing_asset_body_commits_nothing_and_releases_the_lease(world, resources, store):
@@ -198,17 +235,26 @@ def test_backfill_tagged_run_resets_offsets_and_reprocesses_every_key(world, res
     assert meta["mode"] == "reprocess" and meta["change_detection"] == "reprocess_all"
     assert meta["offsets_reset"] == {name: iso_utc(ts) for name, ts in offsets.items()}
     assert meta["reset_reason"] == "backfill bf1"
-    assert "Offsets reset by backfill bf1" in meta["summary"]
+    assert not [name for name in meta if name.startswith("offset_before.")]  # read from zero
+    assert {name: meta[f"offset_after.{name}"] for name in offsets} == offsets
+    assert valueless(meta) == []
+    assert "Offsets reset by backfill bf1: " + ", ".join(
+        f"{name} (was {iso_utc(ts)})" for name, ts in sorted(offsets.items())) in meta["summary"]
+    assert f"| posts | 4 | reset (was {iso_utc(offsets['posts'])}) |" in meta["summary"]
     stats_meta = materialization(backfill, "user_post_stats")
     assert stats_meta["changed_keys"] == 3
     assert set(stats_meta["offsets_reset"]) == {"enriched_posts"}
+    assert valueless(stats_meta) == []
     logged = [e.user_message for e in instance.all_logs(backfill.run_id)
               if "offsets reset" in e.user_message]
     assert len(logged) == 2  # one per asset
-    tags = instance.get_run_by_id(backfill.run_id).tags  # the backfill's runs list shows them
-    assert tags["offset_assets/offsets_reset.enriched_posts"] == ", ".join(
-        f"{name} (was {iso_utc(ts)})" for name, ts in sorted(offsets.items()))
-    assert "offset_assets/offsets_reset.user_post_stats" in tags
+    # The backfill's runs list shows one short tag per transformation: the reason; which
+    # offsets were reset is in the metadata above.
+    tags = instance.get_run_by_id(backfill.run_id).tags
+    assert {name: value for name, value in tags.items() if name.startswith("offset_assets/")} == {
+        "offset_assets/offsets_reset.enriched_posts": "backfill bf1",
+        "offset_assets/offsets_reset.user_post_stats": "backfill bf1",
+    }
     assert store.get_offsets_for_transformation("enriched_posts") == offsets
     assert rows_of(world.stats.read_actual()) == world.expected_stats()
 

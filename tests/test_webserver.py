@@ -195,6 +195,11 @@ def test_webserver_shows_the_demo_with_lineage_typed_metadata_row_counts_and_job
     assert enriched["delta.enriched_posts"] == ("IntMetadataEntry", 2)
     assert enriched["offset_lag_s.posts"] == ("FloatMetadataEntry", 0.0)
     assert enriched["offset_after.posts"][0] == "TimestampMetadataEntry"
+    # The run's wall clock and the commit time of the inputs it read, named apart.
+    assert enriched["run_started_at"][0] == enriched["run_finished_at"][0] == "TimestampMetadataEntry"
+    assert enriched["inputs_committed_up_to"][0] == "TimestampMetadataEntry"
+    assert "process_ts" not in enriched
+    assert [label for label, (kind, _) in enriched.items() if kind == "NullMetadataEntry"] == []
     assert enriched["summary"][0] == "MarkdownMetadataEntry"
     assert metadata(port, "user_post_stats")["dagster/row_count"][0] == "IntMetadataEntry"
     ingested = metadata(port, "profiles")

@@ -5,8 +5,9 @@ backfill (every run it launches carries the tag `dagster/backfill`) or a run tag
 `offset_assets/reset` asks for the opposite: the engine runs with `reprocess_all`, which
 resets the transformation's offsets and supersedes its meta, so every key present in
 the inputs (and every key with output, so vanished keys lose theirs) is processed again.
-The offsets that were reset are written to the materialization metadata
-(`offsets_reset`) and to the run log.
+The offsets that were reset, with their old values, are written to the materialization
+metadata (`offsets_reset`) and to the run log; the run gets a short tag per
+transformation naming the reason.
 
 `offset_assets/reset` with a value of `false`, `0` or `no` does not reset (so a launch
 form can carry the tag switched off).
@@ -18,8 +19,10 @@ from collections.abc import Mapping
 
 BACKFILL_TAG = "dagster/backfill"
 RESET_TAG = "offset_assets/reset"
-# Added to a run that reset offsets, one tag per transformation: the runs list of a
-# backfill (and the run's page) shows what was reset without opening the metadata.
+# Added to a run that reset offsets, one tag per transformation, its value the reason
+# (`reset_reason`): the runs list of a backfill (and the run's page) shows which
+# transformations were reset without opening the metadata. The value stays short (the
+# UI cuts long tags); the offsets themselves are in the materialization metadata.
 OFFSETS_RESET_TAG_PREFIX = "offset_assets/offsets_reset."
 
 _FALSE_VALUES = frozenset({"false", "0", "no", "off", ""})

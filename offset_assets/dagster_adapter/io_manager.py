@@ -46,7 +46,7 @@ from offset_assets.dagster_adapter.metadata import (
     IncrementalAsset,
     TableSpecMetadata,
     check_failed_keys,
-    iso_utc,
+    reset_offsets_text,
     resolve_incremental,
     run_metadata,
     run_summary,
@@ -194,24 +194,22 @@ def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: Incr
                engine: IncrementalEngineResource) -> dict[str, dg.MetadataValue]:
     """Log the run, build its metadata and apply the failed-keys policy (raises `Failure`).
 
-    A reset is also written to the Dagster run's tags, so the runs list of a backfill
-    shows which runs reset offsets and what they were."""
+    A reset also tags the Dagster run, `offset_assets/offsets_reset.<transformation>` =
+    the reason (`backfill <id>`, `tag offset_assets/reset=true`): short, so the runs list
+    of a backfill shows it whole; which offsets were reset, and their old values, are in
+    the materialization metadata (`offsets_reset`) and the run log."""
     row_count = engine.table(asset.asset_key).read_actual().count() if engine.row_count else None
     lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
     metadata = run_metadata(result, output_tables=[asset.table_name], reset_reason=reset,
                             row_count=row_count, offset_lag_s=lags)
     context.log.info(run_summary(result, reset))
     if reset is not None:
-        reset_offsets = ", ".join(f"{name} (was {iso_utc(ts)})"
-                                  for name, ts in sorted(result.offsets_reset.items())) or "none set"
         context.log.warning(
-            f"{asset.asset_key.to_user_string()}: {reset}: offsets reset ({reset_offsets}) "
-            "and every key reprocessed"
+            f"{asset.asset_key.to_user_string()}: {reset}: offsets reset "
+            f"({reset_offsets_text(result)}) and every key reprocessed"
         )
         instance = context.step_context.instance if isinstance(context, dg.OutputContext) else context.instance
-        instance.add_run_tags(context.run_id, {
-            f"{OFFSETS_RESET_TAG_PREFIX}{asset.transformation_id}": reset_offsets,
-        })
+        instance.add_run_tags(context.run_id, {f"{OFFSETS_RESET_TAG_PREFIX}{asset.transformation_id}": reset})
     check_failed_keys(result, asset.spec.on_failed_keys, metadata, context.log)
     if isinstance(context, dg.OutputContext):
         context.add_output_metadata(metadata)

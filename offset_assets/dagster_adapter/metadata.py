@@ -13,8 +13,9 @@ Python identifier (`["sales", "orders"]` -> `sales__orders`). One rule, used
 everywhere, so an input's table is always found from its upstream asset key.
 
 Observed (materialization metadata): `run_metadata(result)` turns the engine's
-`RunResult` into flat, typed entries (`rows_read.posts`, `offset_after.posts`, ...)
-that the Dagster UI plots across materializations.
+`RunResult` into flat, typed entries (`rows_read.posts`, `offset_after.posts`, ...);
+the Dagster UI plots the numeric ones across materializations (the Plots view of the
+Metadata section on the asset's Overview).
 """
 
 from __future__ import annotations
@@ -247,9 +248,16 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
                  reset_reason: str | None = None, row_count: int | None = None,
                  offset_lag_s: Mapping[str, float | None] | None = None,
                  ) -> dict[str, dg.MetadataValue]:
-    """Materialization metadata of one engine run: the same numeric entries on every run
-    (zeros and nulls included), so the UI plots them across materializations; times are
-    timestamps, shown as dates."""
+    """Materialization metadata of one engine run, every entry typed.
+
+    Counts are on every run (zeros included), so the UI plots them across
+    materializations. An entry without a value is left out, never shown as null or `{}`:
+    no `offset_before.X` before an input's first offset (or after a reset), no
+    `delta.X` when nothing was committed, `offsets_reset` only on a reset run that
+    replaced offsets. Two clocks are named apart: `run_started_at`/`run_finished_at` are
+    the run's wall clock; `inputs_committed_up_to` is the snapshot's commit clock (the
+    keys' process_ts): the run read every input commit up to it, which on a quiet input
+    is long before the run."""
     metadata: dict[str, dg.MetadataValue] = {
         "mode": dg.MetadataValue.text(run_label(result, reset_reason)),
         "change_detection": dg.MetadataValue.text(result.change_detection),
@@ -260,9 +268,13 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
         "batches": dg.MetadataValue.int(result.batches),
         "batches_failed": dg.MetadataValue.int(result.batches_failed),
         "duration_s": dg.MetadataValue.float(round(result.duration_s, 3)),
-        "process_ts": dg.MetadataValue.timestamp(result.process_ts),
-        "engine_run_id": dg.MetadataValue.text(result.run_id),
     }
+    if result.started_at is not None:
+        metadata["run_started_at"] = dg.MetadataValue.timestamp(result.started_at)
+    if result.finished_at is not None:
+        metadata["run_finished_at"] = dg.MetadataValue.timestamp(result.finished_at)
+    metadata["inputs_committed_up_to"] = dg.MetadataValue.timestamp(result.process_ts)
+    metadata["engine_run_id"] = dg.MetadataValue.text(result.run_id)
     if row_count is not None:
         metadata["dagster/row_count"] = dg.MetadataValue.int(row_count)
     for name in sorted({*result.snapshot_deltas, *result.rows_read}):
@@ -271,22 +283,25 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
         metadata[f"rows_written.{name}"] = dg.MetadataValue.int(result.rows_written.get(name, 0))
         metadata[f"rows_deleted.{name}"] = dg.MetadataValue.int(result.rows_deleted.get(name, 0))
     for name in sorted({*result.snapshot_deltas, *result.offsets_before, *result.offsets_after}):
-        metadata[f"offset_before.{name}"] = _timestamp(result.offsets_before.get(name))
-        metadata[f"offset_after.{name}"] = _timestamp(result.offsets_after.get(name))
+        if name in result.offsets_before:
+            metadata[f"offset_before.{name}"] = dg.MetadataValue.timestamp(result.offsets_before[name])
+        if name in result.offsets_after:
+            metadata[f"offset_after.{name}"] = dg.MetadataValue.timestamp(result.offsets_after[name])
     for name, lag in sorted((offset_lag_s or {}).items()):
-        metadata[f"offset_lag_s.{name}"] = (dg.MetadataValue.null() if lag is None
-                                            else dg.MetadataValue.float(round(lag, 3)))
+        if lag is not None:
+            metadata[f"offset_lag_s.{name}"] = dg.MetadataValue.float(round(lag, 3))
     for name, delta in sorted(result.snapshot_deltas.items()):
         metadata[f"input_delta.{name}"] = dg.MetadataValue.int(delta)
     for name in sorted({*output_tables, *result.deltas}):
         deltas = result.deltas.get(name, [])
-        metadata[f"delta.{name}"] = (dg.MetadataValue.int(max(deltas)) if deltas
-                                     else dg.MetadataValue.null())
+        if deltas:
+            metadata[f"delta.{name}"] = dg.MetadataValue.int(max(deltas))
         metadata[f"deltas_committed.{name}"] = dg.MetadataValue.int(len(deltas))
-    metadata["offsets_reset"] = dg.MetadataValue.json(
-        {name: iso_utc(ts) for name, ts in sorted(result.offsets_reset.items())})
     if reset_reason is not None:
         metadata["reset_reason"] = dg.MetadataValue.text(reset_reason)
+        if result.offsets_reset:
+            metadata["offsets_reset"] = dg.MetadataValue.json(
+                {name: iso_utc(ts) for name, ts in sorted(result.offsets_reset.items())})
     if result.errors:
         metadata["errors"] = dg.MetadataValue.md(
             "\n".join(f"- `{error.splitlines()[0][:300]}`" for error in result.errors)
@@ -296,30 +311,37 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
 
 
 def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
-    """The run in a few Markdown lines a person reads: what was processed and why, and
-    how each input's offset moved (as UTC dates)."""
+    """The run in a few Markdown lines a person reads: what was processed and why, which
+    input commits it read, and how each input's offset moved (as UTC dates)."""
     label = run_label(result, reset_reason)
     lines = [
         f"**{label}** run of `{result.transformation_id}` ({result.change_detection}, "
         f"commit {result.commit_mode}): processed {result.processed_keys} of "
         f"{result.changed_keys} changed key(s) in {result.batches} batch(es), "
         f"{result.failed_keys} failed, in {result.duration_s:.1f} s.",
+        f"Read the inputs as committed up to {iso_utc(result.process_ts)}.",
     ]
     if reset_reason is not None:
-        reset = ", ".join(f"{name} (was {iso_utc(ts)})" for name, ts in sorted(result.offsets_reset.items()))
-        lines.append(f"Offsets reset by {reset_reason}: {reset or 'none were set'}.")
+        lines.append(f"Offsets reset by {reset_reason}: {reset_offsets_text(result)}.")
     lines.append("")
     lines.append("| input | rows read | offset before | offset after |")
     lines.append("|---|---|---|---|")
     for name in sorted({*result.snapshot_deltas, *result.rows_read}):
         lines.append(f"| {name} | {result.rows_read.get(name, 0)} | "
-                     f"{_date(result.offsets_before.get(name))} | {_date(result.offsets_after.get(name))} |")
+                     f"{_offset_before_text(result, name)} | "
+                     f"{_date(result.offsets_after.get(name))} |")
     written = ", ".join(f"{name} {result.rows_written.get(name, 0)} written, "
                         f"{result.rows_deleted.get(name, 0)} deleted"
                         for name in sorted({*result.rows_written, *result.rows_deleted}))
     if written:
         lines += ["", f"Output: {written}."]
     return "\n".join(lines)
+
+
+def reset_offsets_text(result: RunResult) -> str:
+    """The offsets a reset replaced, as `input (was date)`, for the summary and the log."""
+    return ", ".join(f"{name} (was {iso_utc(ts)})"
+                     for name, ts in sorted(result.offsets_reset.items())) or "none were set"
 
 
 def iso_utc(epoch_seconds: float) -> str:
@@ -330,6 +352,12 @@ def iso_utc(epoch_seconds: float) -> str:
 
 def _date(value: float | None) -> str:
     return "none" if value is None else iso_utc(value)
+
+
+def _offset_before_text(result: RunResult, name: str) -> str:
+    if name in result.offsets_reset:
+        return f"reset (was {iso_utc(result.offsets_reset[name])})"
+    return _date(result.offsets_before.get(name))
 
 
 def check_failed_keys(result: RunResult, policy: FailedKeysPolicy,
@@ -347,10 +375,6 @@ def check_failed_keys(result: RunResult, policy: FailedKeysPolicy,
     if policy == "raise":
         raise dg.Failure(description=message, metadata=dict(metadata))
     log.warning(message)
-
-
-def _timestamp(value: float | None) -> dg.MetadataValue:
-    return dg.MetadataValue.null() if value is None else dg.MetadataValue.timestamp(value)
 
 
 def _raw(value: Any) -> Any:

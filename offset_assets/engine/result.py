@@ -21,6 +21,8 @@ class RunResult:
     mode: str  # "full" | "changelist"
     change_detection: str  # "v1" | "v2" | "explicit"
     commit_mode: str  # "end" | "batch"
+    # The commit clock when the run took its snapshot: every input commit at or before it
+    # is read, none after. A commit time, not the run's wall clock (see started_at).
     process_ts: float
     snapshot_deltas: dict[str, int]
     offsets_before: dict[str, float]
@@ -37,6 +39,9 @@ class RunResult:
     batches: int = 0
     batches_failed: int = 0
     duration_s: float = 0.0
+    # Wall clock (epoch seconds) of the run's start (lease taken) and of its finish.
+    started_at: float | None = None
+    finished_at: float | None = None
 
     @property
     def succeeded(self) -> bool:

@@ -117,11 +117,13 @@ class TransformationRun:
         self._failed_in_run = 0
         self._finished = False
         self._started = 0.0
+        self._started_at: float | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
     def __enter__(self) -> TransformationRun:
         self._started = time.monotonic()
+        self._started_at = time.time()
         self._keeper.__enter__()
         try:
             self._prepare()
@@ -191,6 +193,7 @@ class TransformationRun:
             process_ts=clock,
             snapshot_deltas=dict(deltas),
             offsets_before=dict(self.offsets_before),
+            started_at=self._started_at,
         )
         self.result.offsets_reset = self.offsets_reset
         self.keys = self._select_keys()
@@ -565,6 +568,7 @@ class TransformationRun:
         # commits changed them (offsets_before is empty when the first commit reset them).
         self.result.offsets_after = {**self.offsets_before, **self.result.offsets_after}
         self.result.duration_s = time.monotonic() - self._started
+        self.result.finished_at = time.time()
         log.info("%s", self.result.summary())
         return self.result
 
