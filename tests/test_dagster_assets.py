@@ -215,7 +215,9 @@ def test_failed_keys_fail_the_step_by_default_and_only_warn_when_configured(worl
     warned = dg.materialize([enriched_asset(failing_enrich, on_failed_keys="warn")],
                             resources=resources)
     assert warned.success
-    meta = materialization(warned, "enriched_posts")
+    assert warned.asset_materializations_for_node("enriched_posts") == []  # no output version
+    [observed] = warned.asset_observations_for_node("enriched_posts")
+    meta = {name: value.value for name, value in observed.metadata.items()}
     assert meta["failed_keys"] == 4  # retried, failed again, reported
     assert "enrichment service down" in meta["errors"]
     assert world.enriched.last_committed() is None

@@ -36,7 +36,7 @@ fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
 
 import enum
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import dagster as dg
@@ -45,7 +45,7 @@ from pyspark.sql import DataFrame
 
 from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.io_manager import report_run
+from offset_assets.dagster_adapter.io_manager import report_idle_run, report_run
 from offset_assets.dagster_adapter.metadata import (
     FailedKeysPolicy,
     IncrementalAsset,
@@ -54,6 +54,7 @@ from offset_assets.dagster_adapter.metadata import (
     resolve_incremental,
     schema_json,
 )
+from offset_assets.engine.pending import idle_result
 from offset_assets.engine.result import RunResult
 
 
@@ -158,14 +159,17 @@ def incremental_asset(
                 **(metadata or {}),
             },
             io_manager_key=io_manager_key,
+            # A run that commits no output delta yields no materialization (see
+            # `materialize_incremental`): downstream steps of the run are skipped.
+            output_required=False,
             kinds=kinds,
             description=description or inspect.getdoc(fn),
             **asset_kwargs,
         )
         def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
-                         incremental_engine: IncrementalEngineResource) -> dg.MaterializeResult:
+                         incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
             asset = resolve_incremental(context.assets_def, context.asset_key)
-            return materialize_incremental(context, config, incremental_engine, asset, fn)
+            yield from materialize_incremental(context, config, incremental_engine, asset, fn)
 
         return _incremental
 
@@ -174,8 +178,15 @@ def incremental_asset(
 
 def materialize_incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
                             resource: IncrementalEngineResource, asset: IncrementalAsset,
-                            fn: Callable[..., DataFrame]) -> dg.MaterializeResult:
-    """Run the engine for `asset` as the Dagster run asks: changelist, reset or regular."""
+                            fn: Callable[..., DataFrame]) -> Iterator[dg.MaterializeResult]:
+    """Run the engine for `asset` as the Dagster run asks: changelist, reset or regular.
+
+    Cost follows the changes around the engine too: a regular run asks the control plane
+    first and, with nothing to do, starts no Spark session. A materialization is what
+    wakes downstream automation and the downstream steps of the run, so a regular run
+    yields one only when its output committed a version (a row written or deleted); otherwise (nothing to do, or every
+    processed key left its output as it was) the run's metadata is an observation.
+    Explicit requests (a reset, a key list) always materialize: the user asked for them."""
     tags = context.run.tags
     reset = reset_reason(tags) if is_reset_run(tags) else None
     keys = config.changelist
@@ -184,17 +195,37 @@ def materialize_incremental(context: dg.AssetExecutionContext, config: Increment
             f"{asset.asset_key.to_user_string()}: a run cannot both reset the offsets "
             f"({reset}) and process an explicit key list"
         )
+    mode = config.change_detection.value if config.change_detection else asset.spec.change_detection
+    explicit = keys is not None or reset is not None
+    if not explicit and mode == "v2":
+        idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
+                           [asset.table_name], context.run_id, asset.spec.commit_mode)
+        if idle is not None:
+            context.log.info(f"{asset.asset_key.to_user_string()}: nothing to do (no input "
+                             "commit beyond the offsets); no Spark session started")
+            _observe(context, asset, report_idle_run(context, asset, idle, resource))
+            return
     engine = resource.engine()
     transformation = resource.transformation(asset, _by_parameter(asset, fn))
     result: RunResult
     if keys is not None:
         result = engine.run_changelist(transformation, keys, run_id=context.run_id)
     else:
-        result = engine.run_full(transformation, run_id=context.run_id,
-                                 change_detection=(config.change_detection.value
-                                                   if config.change_detection else None),
+        result = engine.run_full(transformation, run_id=context.run_id, change_detection=mode,
                                  reprocess_all=reset is not None)
-    return dg.MaterializeResult(metadata=report_run(context, asset, result, reset, resource))
+    metadata = report_run(context, asset, result, reset, resource)
+    name = asset.table_name
+    if explicit or result.rows_written.get(name, 0) + result.rows_deleted.get(name, 0) > 0:
+        yield dg.MaterializeResult(metadata=metadata)
+    else:
+        context.log.info(f"{asset.asset_key.to_user_string()}: no output changed; "
+                         "reported as an observation, downstream assets not woken")
+        _observe(context, asset, metadata)
+
+
+def _observe(context: dg.AssetExecutionContext, asset: IncrementalAsset,
+             metadata: dict[str, dg.MetadataValue]) -> None:
+    context.log_event(dg.AssetObservation(asset_key=asset.asset_key, metadata=metadata))
 
 
 def _parameters(fn: Callable[..., DataFrame]) -> list[str]:

@@ -216,6 +216,16 @@ def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: Incr
     return metadata
 
 
+def report_idle_run(context: dg.AssetExecutionContext, asset: IncrementalAsset, result: RunResult,
+                    engine: IncrementalEngineResource) -> dict[str, dg.MetadataValue]:
+    """The metadata of a run the control plane answered (nothing to do): the same entries
+    as any run, without the row count, which would need Spark."""
+    lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
+    metadata = run_metadata(result, output_tables=[asset.table_name], offset_lag_s=lags)
+    context.log.info(run_summary(result, None))
+    return metadata
+
+
 def _consumer(context: dg.InputContext) -> IncrementalAsset | None:
     """The incremental asset loading this input, or None (not an asset, not incremental)."""
     assets_def = _assets_def(context)

@@ -119,15 +119,16 @@ def _versions_in(
     return marked.unionByName(_null_free(before, columns))
 
 
-def deltas_to_read(inp: TransformInput, since: float, snapshot: RunSnapshot, settled_delta: int) -> list[DeltaInfo]:
-    """The committed deltas of `inp` a run reads: commit_ts >= `since` (the inclusive
-    boundary), up to the run snapshot, after the last delta a complete earlier run
-    processed entirely (`settled_delta`: re-reading those could only find processed
+def deltas_to_read(catalog: DeltaCatalog, name: str, since: float, snapshot: RunSnapshot,
+                   settled_delta: int) -> list[DeltaInfo]:
+    """The committed deltas of input `name` a run reads: commit_ts >= `since` (the
+    inclusive boundary), up to the run snapshot, after the last delta a complete earlier
+    run processed entirely (`settled_delta`: re-reading those could only find processed
     versions), and not empty."""
-    up_to = snapshot.deltas.get(inp.name, 0)
+    up_to = snapshot.deltas.get(name, 0)
     if up_to <= settled_delta:
         return []
-    committed = DeltaCatalog(inp.table.plane).committed(inp.name, since_ts=since, up_to_delta=up_to)
+    committed = catalog.committed(name, since_ts=since, up_to_delta=up_to)
     return [d for d in committed if d.delta_num > settled_delta and not d.is_empty]
 
 
@@ -240,21 +241,26 @@ class IndexRequest:
 
     def deltas_by_input(self, transformation: Transformation) -> dict[str, list[DeltaInfo]]:
         """The deltas each input contributes (inputs with none left out)."""
+        catalog = DeltaCatalog(transformation.outputs[0].plane)
+        return self.deltas_by_name(catalog, [inp.name for inp in transformation.inputs])
+
+    def deltas_by_name(self, catalog: DeltaCatalog, input_names: Sequence[str]) -> dict[str, list[DeltaInfo]]:
+        """`deltas_by_input` by table name: the control plane alone, no Spark."""
         found = {}
-        for inp in transformation.inputs:
-            if self.use_offsets:
-                deltas = deltas_to_read(inp, self.offsets.get(inp.name, ALL_HISTORY), self.snapshot,
-                                        self.settled.get(inp.name, 0))
-            else:
-                deltas = deltas_to_read(inp, ALL_HISTORY, self.snapshot, 0)
+        for name in input_names:
+            since = self.offsets.get(name, ALL_HISTORY) if self.use_offsets else ALL_HISTORY
+            settled = self.settled.get(name, 0) if self.use_offsets else 0
+            deltas = deltas_to_read(catalog, name, since, self.snapshot, settled)
             if deltas:
-                found[inp.name] = deltas
+                found[name] = deltas
         return found
 
-    def is_empty(self, transformation: Transformation) -> bool:
-        """True when the control plane alone shows there is nothing to process."""
-        return (self.reprocess_ts is None and not (self.use_offsets and self.failed_deltas)
-                and self.use_offsets and not self.deltas_by_input(transformation))
+    def is_empty(self, catalog: DeltaCatalog, input_names: Sequence[str]) -> bool:
+        """True when the control plane alone shows a run has nothing to process: offsets
+        in use (v1 compares everything), no reprocess request, no listed failure, and no
+        input delta to read. `compute_changed_index` returns None exactly then."""
+        return (self.use_offsets and self.reprocess_ts is None and not self.failed_deltas
+                and not self.deltas_by_name(catalog, input_names))
 
 
 def _versions_written(deltas: Sequence[DeltaInfo]) -> int | None:

@@ -38,7 +38,6 @@ from pyspark.sql import functions as F
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.control_plane.reprocess import ReprocessRequests
-from offset_assets.control_plane.settled import SettledSnapshots
 from offset_assets.engine.changed_index import IndexRequest, RunSnapshot, compute_changed_index
 from offset_assets.engine.commit import CommitPlan, commit_run_work, offsets_after
 from offset_assets.engine.errors import TransformationOutputError
@@ -55,6 +54,7 @@ from offset_assets.engine.loading import (
     read_actual_of_keys,
 )
 from offset_assets.engine.meta import ERROR_TEXT_LIMIT, meta_rows, meta_table
+from offset_assets.engine.pending import index_request
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.in_filter import in_values
@@ -67,29 +67,6 @@ log = logging.getLogger(__name__)
 STRAY, IN_BATCH = "__outside_batch", "__in_batch"
 
 KeysLike = DataFrame | Sequence[Mapping[str, Any]]
-
-
-def index_request(engine: Any, transformation: Transformation, meta: VersionedTable, snapshot: RunSnapshot,
-                  offsets: Mapping[str, float], change_detection: str, reprocess_ts: float | None,
-                  listed_failures: Sequence[int], use_settled: bool = True) -> IndexRequest:
-    """What the control plane tells the changed index (offsets, settled deltas, listed
-    failures, a pending reprocess request): one place for runs and `changed_keys`."""
-    use_offsets = change_detection == "v2"
-    failed_since = None
-    if use_offsets and listed_failures:
-        failed_since = meta.delta(listed_failures[0]).commit_ts
-    settled = {}
-    if use_offsets and use_settled:
-        settled = SettledSnapshots(engine.plane).get(transformation.transformation_id) or {}
-    return IndexRequest(
-        snapshot=snapshot,
-        offsets=offsets if use_offsets else {},
-        use_offsets=use_offsets,
-        settled=settled,
-        failed_deltas=listed_failures,
-        failed_since=failed_since,
-        reprocess_ts=reprocess_ts,
-    )
 
 
 class TransformationRun:
@@ -208,7 +185,7 @@ class TransformationRun:
         self.result.batches = len(self.batches)
 
     def _index_request(self) -> IndexRequest:
-        return index_request(self.engine, self.t, self.meta, self.snapshot, self.offsets_before,
+        return index_request(self.engine.plane, self.t.transformation_id, self.snapshot, self.offsets_before,
                              self.change_detection, self.request_ts, self._listed_failures,
                              use_settled=not self.reprocess_all)
 

@@ -13,17 +13,17 @@ from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import DEFAULT_TTL_S, RunLeases
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
-from offset_assets.engine.changed_index import ChangedIndex, RunSnapshot, compute_changed_index
+from offset_assets.engine.changed_index import ChangedIndex, compute_changed_index
 from offset_assets.engine.keys import DEFAULT_DRIVER_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
+from offset_assets.engine.pending import current_request
 from offset_assets.engine.result import RunResult
-from offset_assets.engine.run import KeysLike, TransformationRun, index_request
+from offset_assets.engine.run import KeysLike, TransformationRun
 from offset_assets.engine.transformation import ChangeDetection, Transformation
 
 __all__ = ["IncrementalEngine", "KeysLike", "TransformationRun"]
@@ -88,12 +88,9 @@ class IncrementalEngine:
         """The changed index a run would compute now (read-only; no lease, nothing
         written); None when the control plane alone shows nothing changed."""
         mode = change_detection or transformation.change_detection
-        tid = transformation.transformation_id
         meta = meta_table(self.spark, self.plane, transformation)
-        deltas, clock = self.catalog.snapshot_state([inp.name for inp in transformation.inputs])
-        request = index_request(self, transformation, meta, RunSnapshot(deltas, clock),
-                                self.offsets.get_offsets_for_transformation(tid), mode,
-                                ReprocessRequests(self.plane).pending(tid), FailedDeltas(self.plane).listed(tid))
+        request = current_request(self.plane, transformation.transformation_id,
+                                  [inp.name for inp in transformation.inputs], mode)
         return compute_changed_index(transformation, meta, request, self.pushdown_limit)
 
     def changed_keys(self, transformation: Transformation, change_detection: ChangeDetection | None = None,

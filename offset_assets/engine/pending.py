@@ -1,0 +1,85 @@
+"""What the control plane says a run of a transformation has to do, before any data is read.
+
+One request (`index_request`) serves the run, `changed_keys` and the question asked
+before a Spark session exists: `idle_result`. A Dagster step with nothing to do
+answers it from the control plane alone and starts no JVM; a run started anyway would
+reach the same answer (`compute_changed_index` returns None exactly when
+`IndexRequest.is_empty`) and issue no Spark job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.failures import FailedDeltas
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.control_plane.reprocess import ReprocessRequests
+from offset_assets.control_plane.settled import SettledSnapshots
+from offset_assets.engine.changed_index import IndexRequest, RunSnapshot
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.transformation import meta_table_name
+
+
+def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnapshot,
+                  offsets: Mapping[str, float], change_detection: str, reprocess_ts: float | None,
+                  listed_failures: Sequence[int], use_settled: bool = True) -> IndexRequest:
+    """What the control plane tells the changed index (offsets, settled deltas, listed
+    failures, a pending reprocess request)."""
+    use_offsets = change_detection == "v2"
+    failed_since = None
+    if use_offsets and listed_failures:
+        oldest = DeltaCatalog(plane).by_num(meta_table_name(transformation_id), listed_failures[0])
+        failed_since = oldest.commit_ts if oldest is not None else None
+    settled = {}
+    if use_offsets and use_settled:
+        settled = SettledSnapshots(plane).get(transformation_id) or {}
+    return IndexRequest(
+        snapshot=snapshot,
+        offsets=offsets if use_offsets else {},
+        use_offsets=use_offsets,
+        settled=settled,
+        failed_deltas=listed_failures,
+        failed_since=failed_since,
+        reprocess_ts=reprocess_ts,
+    )
+
+
+def current_request(plane: ControlPlane, transformation_id: str, input_names: Sequence[str],
+                    change_detection: str) -> IndexRequest:
+    """The request a full run started now would build (read-only)."""
+    deltas, clock = DeltaCatalog(plane).snapshot_state(list(input_names))
+    return index_request(plane, transformation_id, RunSnapshot(deltas, clock),
+                         OffsetRepository(plane).get_offsets_for_transformation(transformation_id),
+                         change_detection, ReprocessRequests(plane).pending(transformation_id),
+                         FailedDeltas(plane).listed(transformation_id))
+
+
+def idle_result(plane: ControlPlane, transformation_id: str, input_names: Sequence[str],
+                output_names: Sequence[str], run_id: str, commit_mode: str = "end") -> RunResult | None:
+    """The result of a full v2 run started now, when the control plane alone shows it has
+    nothing to do (no input delta beyond its offset and unsettled, no listed failure, no
+    pending reprocess request); None when there is work. No Spark, no lease, nothing
+    written: a run started anyway would process no key and commit no delta.
+
+    A transformation whose outputs or meta are not in the catalog yet has work: its first
+    run creates them, so downstream assets find a table even when it is empty. v1 compares
+    the data itself and is never answered here."""
+    catalog = DeltaCatalog(plane)
+    if any(catalog.table_spec(name) is None for name in [*output_names, meta_table_name(transformation_id)]):
+        return None
+    request = current_request(plane, transformation_id, input_names, "v2")
+    if not request.is_empty(catalog, input_names):
+        return None
+    return RunResult(
+        transformation_id=transformation_id,
+        run_id=run_id,
+        mode="full",
+        change_detection="v2",
+        commit_mode=commit_mode,
+        process_ts=request.snapshot.process_ts,
+        snapshot_deltas=dict(request.snapshot.deltas),
+        offsets_before=dict(request.offsets),
+        offsets_after=dict(request.offsets),
+    )
