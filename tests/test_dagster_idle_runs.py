@@ -80,6 +80,7 @@ def test_a_run_with_nothing_to_do_is_an_observation_and_its_downstream_step_is_s
     assert observed["offset_after.posts"] == offsets["posts"]
     assert observed["offset_after.profiles"] == offsets["profiles"]
     assert "dagster/row_count" not in observed  # counting rows would need Spark
+    assert observed["inputs_committed_up_to"] <= observed["run_started_at"] <= observed["run_finished_at"]
     [skipped] = [e for e in idle.all_events if e.event_type_value == "STEP_SKIPPED"]
     assert skipped.step_key == "user_post_stats"
     assert events(idle, "ASSET_MATERIALIZATION", "user_post_stats") == []

@@ -9,6 +9,7 @@ reach the same answer (`compute_changed_index` returns None exactly when
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 from offset_assets.control_plane.database import ControlPlane
@@ -66,6 +67,7 @@ def idle_result(plane: ControlPlane, transformation_id: str, input_names: Sequen
     A transformation whose outputs or meta are not in the catalog yet has work: its first
     run creates them, so downstream assets find a table even when it is empty. v1 compares
     the data itself and is never answered here."""
+    started_at = time.time()
     catalog = DeltaCatalog(plane)
     if any(catalog.table_spec(name) is None for name in [*output_names, meta_table_name(transformation_id)]):
         return None
@@ -82,4 +84,6 @@ def idle_result(plane: ControlPlane, transformation_id: str, input_names: Sequen
         snapshot_deltas=dict(request.snapshot.deltas),
         offsets_before=dict(request.offsets),
         offsets_after=dict(request.offsets),
+        started_at=started_at,
+        finished_at=time.time(),
     )
