@@ -1,7 +1,8 @@
 """Jobs: the transformations as one named job, and their reprocess (backfill) path.
 
-- `transformations`: an incremental run of `enriched_posts` then `user_post_stats`
-  (and their checks): only what changed since the offsets;
+- `transformations`: an incremental run of `enriched_posts` then `user_post_stats`, and
+  of `moderated_posts` (`accepted_posts`, `rejected_posts`), with their checks: only what
+  changed since the offsets;
 - `reprocess_transformations` carries the tag `offset_assets/reset`: each asset resets
   its offsets and reprocesses every key (the reset is in the materialization metadata,
   `offsets_reset` / `reset_reason`, and in the run's tags). A Dagster backfill of these
@@ -17,13 +18,13 @@ reprocess_transformations = dg.define_asset_job(
     "reprocess_transformations",
     selection=dg.AssetSelection.assets(*TRANSFORMATIONS),
     tags={RESET_TAG: "true"},
-    description="Reset the offsets of enriched_posts and user_post_stats and recompute every key.",
+    description="Reset the offsets of every transformation and recompute every key.",
 )
 
 transformations = dg.define_asset_job(
     "transformations",
     selection=dg.AssetSelection.assets(*TRANSFORMATIONS),
-    description="Incremental runs of enriched_posts and user_post_stats: only what changed.",
+    description="Incremental runs of every transformation: only what changed.",
 )
 
 JOBS = [transformations, reprocess_transformations]

@@ -34,7 +34,7 @@ def project_tables() -> list[str]:
     names: list[str] = []
     for assets_def in TRANSFORMATIONS:
         asset = resolve_incremental(assets_def)
-        names += [*asset.input_tables, asset.table_name, meta_table_name(asset.transformation_id)]
+        names += [*asset.input_tables, *asset.output_tables, meta_table_name(asset.transformation_id)]
     return list(dict.fromkeys(names))
 
 

@@ -11,8 +11,12 @@ together.
 - `user_post_stats` (transform key `user_id`, not the key of its input): posts per
   author, read from `enriched_posts`. A changed or deleted post re-computes its
   author's row; so does a rename, through the enriched posts it rewrote.
+- `moderated_posts` (transform key `post_id`): one transformation, two output assets,
+  `accepted_posts` and `rejected_posts` (`incremental_multi_asset`). A post mentioning
+  the banned word goes to `rejected_posts`, any other to `accepted_posts`; an edit that
+  adds the word deletes the post from one and writes it to the other in one commit.
 
-Both run by declarative automation (`on_input_commits`): once an upstream asset has
+All run by declarative automation (`on_input_commits`): once an upstream asset has
 materialized and nothing upstream is still running. The Automation page of the UI shows
 each evaluation of the sensor `transformations_automation` (running by default).
 """
@@ -21,7 +25,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from offset_assets.dagster_adapter import incremental_asset, on_input_commits
+from offset_assets.dagster_adapter import (
+    IncrementalOut,
+    incremental_asset,
+    incremental_multi_asset,
+    on_input_commits,
+)
 
 GROUP = "transformations"
 
@@ -32,6 +41,13 @@ ENRICHED_POSTS_SCHEMA = T.StructType([
     T.StructField("text", T.StringType(), True),
     T.StructField("updated_at", T.DoubleType(), True),
 ])
+MODERATED_POSTS_SCHEMA = T.StructType([
+    T.StructField("post_id", T.LongType(), False),
+    T.StructField("user_id", T.LongType(), True),
+    T.StructField("text", T.StringType(), True),
+    T.StructField("updated_at", T.DoubleType(), True),
+])
+BANNED_WORD = "batch"
 USER_POST_STATS_SCHEMA = T.StructType([
     T.StructField("user_id", T.LongType(), False),
     T.StructField("author", T.StringType(), True),
@@ -74,4 +90,23 @@ def user_post_stats(enriched_posts: DataFrame) -> DataFrame:
     )
 
 
-TRANSFORMATIONS = [enriched_posts, user_post_stats]
+@incremental_multi_asset(
+    outs={
+        "accepted_posts": IncrementalOut(primary_key=["post_id"], schema=MODERATED_POSTS_SCHEMA,
+                                         description="Posts without the banned word."),
+        "rejected_posts": IncrementalOut(primary_key=["post_id"], schema=MODERATED_POSTS_SCHEMA,
+                                         description=f"Posts mentioning the banned word {BANNED_WORD!r}."),
+    },
+    transform_keys=["post_id"],
+    deps=["post_updates"],
+    group_name=GROUP,
+    automation_condition=on_input_commits(),
+)
+def moderated_posts(posts: DataFrame) -> dict[str, DataFrame]:
+    """Posts split by moderation: rejected when the text holds the banned word."""
+    banned = F.array_contains(F.split(F.col("text"), " "), BANNED_WORD)
+    rows = posts.select("post_id", "user_id", "text", "updated_at")
+    return {"accepted_posts": rows.where(~banned), "rejected_posts": rows.where(banned)}
+
+
+TRANSFORMATIONS = [enriched_posts, user_post_stats, moderated_posts]

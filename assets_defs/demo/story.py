@@ -262,8 +262,9 @@ def offset_sensor_requests(defs: dg.Definitions) -> dict[str, str]:
     plane = defs.resources["offset_store"].control_plane()
     requests = {}
     for assets_def in TRANSFORMATIONS:
-        tick = evaluate_offset_sensor(plane, resolve_incremental(assets_def), cursor=None)
-        requests[assets_def.key.to_user_string()] = (
+        asset = resolve_incremental(assets_def)
+        tick = evaluate_offset_sensor(plane, asset, cursor=None)
+        requests[asset.transformation_id] = (
             "nothing beyond its offsets yet" if isinstance(tick, dg.SkipReason)
             else f"run requested (new commits in {', '.join(sorted(json.loads(tick.cursor)))})"
         )
@@ -274,9 +275,11 @@ def materialize_transformations(defs: dg.Definitions, instance: dg.DagsterInstan
                                 step: MaterializationPass, tag: str) -> None:
     result = _execute(defs, instance, transformations_job.name, tag=tag)
     step.run_ids.append(result.run_id)
-    for assets_def in TRANSFORMATIONS:
-        name = assets_def.key.to_user_string()
-        step.transformations[name] = _metadata(result, name)
+    # An output that committed no version (a multi-asset's unchanged output) is not here.
+    for event in result.get_asset_materialization_events():
+        materialization = event.step_materialization_data.materialization
+        step.transformations[materialization.asset_key.to_user_string()] = {
+            name: value.value for name, value in materialization.metadata.items()}
     for evaluation in result.get_asset_check_evaluations():
         step.checks.append((evaluation.asset_key.to_user_string(), evaluation.check_name,
                             evaluation.passed, evaluation.severity.value))

@@ -16,6 +16,8 @@ _EXPORTS = {
     "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",
     # incremental assets
     "incremental_asset": "offset_assets.dagster_adapter.assets",
+    "incremental_multi_asset": "offset_assets.dagster_adapter.assets",
+    "IncrementalOut": "offset_assets.dagster_adapter.assets",
     "IncrementalRunConfig": "offset_assets.dagster_adapter.assets",
     "ChangeDetection": "offset_assets.dagster_adapter.assets",
     "incremental_metadata": "offset_assets.dagster_adapter.metadata",

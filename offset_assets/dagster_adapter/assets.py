@@ -8,6 +8,10 @@
 Each parameter is an upstream asset (its name, or `ins={"posts": "raw/posts"}`), read as
 a versioned table; the asset's own table is its key as a Python identifier.
 
+`incremental_multi_asset` is the same for a function returning several outputs (a
+DataFrame per output name): one transformation committing them together, each output
+its own asset and table.
+
 Design: the generated asset runs the engine in its body. The upstream assets are
 `deps` (ordering and lineage only, nothing loaded by an IO manager) and the body calls
 `IncrementalEngine.run_full` (or `run_changelist`) of its typed resource
@@ -36,7 +40,8 @@ fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
 
 import enum
 import inspect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import dagster as dg
@@ -56,6 +61,7 @@ from offset_assets.dagster_adapter.metadata import (
 )
 from offset_assets.engine.pending import idle_result
 from offset_assets.engine.result import RunResult
+from offset_assets.engine.transformation import TransformFunction
 
 
 class ChangeDetection(enum.Enum):
@@ -82,6 +88,18 @@ class IncrementalRunConfig(dg.Config):
 
 _RESERVED = {"ins", "config_schema", "required_resource_keys", "io_manager_key",
              "metadata", "name", "key_prefix"}
+
+
+@dataclass(frozen=True)
+class IncrementalOut:
+    """One output of `incremental_multi_asset`: its table's primary key and Spark schema,
+    and optionally its asset key (default: the output name), description and metadata."""
+
+    primary_key: Sequence[str]
+    schema: Any
+    key: str | Sequence[str] | dg.AssetKey | None = None
+    description: str | None = None
+    metadata: Mapping[str, Any] | None = None
 
 
 def incremental_asset(
@@ -120,44 +138,23 @@ def incremental_asset(
     Other keyword arguments (group_name, description, owners, tags, retry_policy,
     automation_condition, ...) go to `dg.asset`.
     """
-    clash = _RESERVED & set(asset_kwargs)
-    if clash:
-        raise dg.DagsterInvalidDefinitionError(
-            f"incremental_asset sets {sorted(clash)} itself; use its own parameters instead"
-        )
+    _refuse_reserved("incremental_asset", asset_kwargs)
     kinds = asset_kwargs.pop("kinds", {"spark"})
     description = asset_kwargs.pop("description", None)
 
     def decorate(fn: Callable[..., DataFrame]) -> dg.AssetsDefinition:
-        params = _parameters(fn)
-        unknown = (set(ins or {}) | set(join_keys or {})) - set(params)
-        if unknown:
-            raise dg.DagsterInvalidDefinitionError(
-                f"incremental asset {fn.__name__!r}: ins/join_keys name {sorted(unknown)}, "
-                f"which are not parameters of the function {params}"
-            )
-        upstream = {p: dg.AssetKey.from_coercible((ins or {}).get(p, p)) for p in params}
         spec = IncrementalSpec(
-            transform_keys=tuple(transform_keys),
-            primary_key=tuple(primary_key),
-            schema_json=schema_json(schema),
+            transform_keys=tuple(transform_keys), primary_key=tuple(primary_key),
+            schema_json=schema_json(schema), inputs=_upstream(fn, ins, join_keys),
             join_keys={p: dict(keys) for p, keys in (join_keys or {}).items()},
-            inputs=upstream,
-            batch_size=batch_size,
-            commit_mode=commit_mode,
-            change_detection=change_detection,
+            batch_size=batch_size, commit_mode=commit_mode, change_detection=change_detection,
             on_failed_keys=on_failed_keys,
         )
-
-        @dg.asset(
+        return dg.asset(
             name=name or fn.__name__,
             key_prefix=key_prefix,
-            deps=[*upstream.values(), *deps],
-            metadata={
-                **spec.to_metadata(),
-                "dagster/column_schema": column_schema(spec.schema_json),
-                **(metadata or {}),
-            },
+            deps=[*spec.inputs.values(), *deps],
+            metadata={**_spec_metadata(spec), **(metadata or {})},
             io_manager_key=io_manager_key,
             # A run that commits no output delta yields no materialization (see
             # `materialize_incremental`): downstream steps of the run are skipped.
@@ -165,28 +162,134 @@ def incremental_asset(
             kinds=kinds,
             description=description or inspect.getdoc(fn),
             **asset_kwargs,
-        )
-        def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
-                         incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
-            asset = resolve_incremental(context.assets_def, context.asset_key)
-            yield from materialize_incremental(context, config, incremental_engine, asset, fn)
-
-        return _incremental
+        )(_engine_body(fn))
 
     return decorate
 
 
+def incremental_multi_asset(
+    *,
+    outs: Mapping[str, IncrementalOut],
+    transform_keys: Sequence[str],
+    ins: Mapping[str, str | Sequence[str] | dg.AssetKey] | None = None,
+    join_keys: Mapping[str, Mapping[str, str]] | None = None,
+    batch_size: int | None = None,
+    commit_mode: Literal["end", "batch"] = "end",
+    change_detection: Literal["v2", "v1"] = "v2",
+    on_failed_keys: FailedKeysPolicy = "raise",
+    name: str | None = None,
+    io_manager_key: str = "io_manager",
+    deps: Sequence[dg.AssetKey | str | dg.AssetsDefinition] = (),
+    automation_condition: dg.AutomationCondition | None = None,
+    **multi_asset_kwargs: Any,
+) -> Callable[[Callable[..., Mapping[str, DataFrame]]], dg.AssetsDefinition]:
+    """Declare one incremental transformation with several outputs, each an asset.
+
+        @incremental_multi_asset(outs={"accepted_posts": IncrementalOut(["post_id"], POSTS),
+                                       "rejected_posts": IncrementalOut(["post_id"], POSTS)},
+                                 transform_keys=["post_id"])
+        def moderated_posts(posts: DataFrame) -> dict[str, DataFrame]:
+            return {"accepted_posts": ..., "rejected_posts": ...}
+
+    The function returns a DataFrame per output name. It is one transformation (id:
+    `name`, default the function's name): one lease, one meta table, one set of offsets,
+    and every output's delta committed in the same control-plane transaction as the
+    meta and offsets. Each output is a versioned table named after its asset key, and
+    is materialized on its own: with its rows written and deleted, its delta and its
+    row count, only when the run committed a version of it (explicit requests: always);
+    otherwise its metadata is an observation. The outputs cannot be subset: a run
+    computes and commits them all. `automation_condition` applies to every output.
+    The other parameters are `incremental_asset`'s; remaining keyword arguments
+    (group_name, description, tags, retry_policy, ...) go to `dg.multi_asset`.
+    """
+    _refuse_reserved("incremental_multi_asset", multi_asset_kwargs, {"can_subset", "specs"})
+    if not outs:
+        raise dg.DagsterInvalidDefinitionError("incremental_multi_asset needs at least one output")
+    kinds = multi_asset_kwargs.pop("kinds", {"spark"})
+
+    def decorate(fn: Callable[..., Mapping[str, DataFrame]]) -> dg.AssetsDefinition:
+        transformation_id = name or fn.__name__
+        upstream = _upstream(fn, ins, join_keys)
+        asset_outs = {}
+        for output_name, out in outs.items():
+            # The outputs' specs differ only in their table; each names the shared id.
+            spec = IncrementalSpec(
+                transform_keys=tuple(transform_keys), primary_key=tuple(out.primary_key),
+                schema_json=schema_json(out.schema), inputs=upstream,
+                join_keys={p: dict(keys) for p, keys in (join_keys or {}).items()},
+                batch_size=batch_size, commit_mode=commit_mode, change_detection=change_detection,
+                on_failed_keys=on_failed_keys, transformation_id=transformation_id,
+            )
+            asset_outs[output_name] = dg.AssetOut(
+                key=out.key,
+                description=out.description,
+                metadata={**_spec_metadata(spec), **(out.metadata or {})},
+                io_manager_key=io_manager_key,
+                # See incremental_asset: an output without a committed version yields nothing.
+                is_required=False,
+                automation_condition=automation_condition,
+                kinds=kinds,
+            )
+        return dg.multi_asset(
+            name=transformation_id,
+            outs=asset_outs,
+            deps=[*upstream.values(), *deps],
+            can_subset=False,
+            description=multi_asset_kwargs.pop("description", None) or inspect.getdoc(fn),
+            **multi_asset_kwargs,
+        )(_engine_body(fn))
+
+    return decorate
+
+
+def _refuse_reserved(decorator: str, kwargs: Mapping[str, Any], more: Set[str] = frozenset()) -> None:
+    clash = (_RESERVED | more) & set(kwargs)
+    if clash:
+        raise dg.DagsterInvalidDefinitionError(
+            f"{decorator} sets {sorted(clash)} itself; use its own parameters instead"
+        )
+
+
+def _upstream(fn: Callable[..., Any], ins: Mapping[str, str | Sequence[str] | dg.AssetKey] | None,
+              join_keys: Mapping[str, Mapping[str, str]] | None) -> dict[str, dg.AssetKey]:
+    """The function's parameters -> their upstream asset keys."""
+    params = _parameters(fn)
+    unknown = (set(ins or {}) | set(join_keys or {})) - set(params)
+    if unknown:
+        raise dg.DagsterInvalidDefinitionError(
+            f"incremental asset {fn.__name__!r}: ins/join_keys name {sorted(unknown)}, "
+            f"which are not parameters of the function {params}"
+        )
+    return {p: dg.AssetKey.from_coercible((ins or {}).get(p, p)) for p in params}
+
+
+def _spec_metadata(spec: IncrementalSpec) -> dict[str, Any]:
+    return {**spec.to_metadata(), "dagster/column_schema": column_schema(spec.schema_json)}
+
+
+def _engine_body(fn: Callable[..., Any]) -> Callable[..., Iterator[dg.MaterializeResult]]:
+    """The asset body both decorators share: resolve the asset, run the engine."""
+
+    def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
+                     incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
+        asset = resolve_incremental(context.assets_def)
+        yield from materialize_incremental(context, config, incremental_engine, asset, fn)
+
+    return _incremental
+
+
 def materialize_incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
                             resource: IncrementalEngineResource, asset: IncrementalAsset,
-                            fn: Callable[..., DataFrame]) -> Iterator[dg.MaterializeResult]:
+                            fn: Callable[..., Any]) -> Iterator[dg.MaterializeResult]:
     """Run the engine for `asset` as the Dagster run asks: changelist, reset or regular.
 
     Cost follows the changes around the engine too: a regular run asks the control plane
     first and, with nothing to do, starts no Spark session. A materialization is what
     wakes downstream automation and the downstream steps of the run, so a regular run
-    yields one only when its output committed a version (a row written or deleted); otherwise (nothing to do, or every
-    processed key left its output as it was) the run's metadata is an observation.
-    Explicit requests (a reset, a key list) always materialize: the user asked for them."""
+    yields one per output that committed a version (a row written or deleted); otherwise
+    (nothing to do, or every processed key left that output as it was) the output's
+    metadata is an observation. Explicit requests (a reset, a key list) always
+    materialize every output: the user asked for them."""
     tags = context.run.tags
     reset = reset_reason(tags) if is_reset_run(tags) else None
     keys = config.changelist
@@ -199,11 +302,12 @@ def materialize_incremental(context: dg.AssetExecutionContext, config: Increment
     explicit = keys is not None or reset is not None
     if not explicit and mode == "v2":
         idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
-                           [asset.table_name], context.run_id, asset.spec.commit_mode)
+                           asset.output_tables, context.run_id, asset.spec.commit_mode)
         if idle is not None:
-            context.log.info(f"{asset.asset_key.to_user_string()}: nothing to do (no input "
-                             "commit beyond the offsets); no Spark session started")
-            _observe(context, asset, report_idle_run(context, asset, idle, resource))
+            context.log.info(f"{asset.transformation_id}: nothing to do (no input commit beyond "
+                             "the offsets); no Spark session started")
+            for asset_key, metadata in report_idle_run(context, asset, idle, resource).items():
+                _observe(context, asset_key, metadata)
             return
     engine = resource.engine()
     transformation = resource.transformation(asset, _by_parameter(asset, fn))
@@ -213,22 +317,23 @@ def materialize_incremental(context: dg.AssetExecutionContext, config: Increment
     else:
         result = engine.run_full(transformation, run_id=context.run_id, change_detection=mode,
                                  reprocess_all=reset is not None)
-    metadata = report_run(context, asset, result, reset, resource)
-    name = asset.table_name
-    if explicit or result.rows_written.get(name, 0) + result.rows_deleted.get(name, 0) > 0:
-        yield dg.MaterializeResult(metadata=metadata)
-    else:
-        context.log.info(f"{asset.asset_key.to_user_string()}: no output changed; "
-                         "reported as an observation, downstream assets not woken")
-        _observe(context, asset, metadata)
+    reports = report_run(context, asset, result, reset, resource)
+    for out in asset.outputs:
+        name = out.table_name
+        if explicit or result.rows_written.get(name, 0) + result.rows_deleted.get(name, 0) > 0:
+            yield dg.MaterializeResult(asset_key=out.asset_key, metadata=reports[out.asset_key])
+        else:
+            context.log.info(f"{out.asset_key.to_user_string()}: no output changed; "
+                             "reported as an observation, downstream assets not woken")
+            _observe(context, out.asset_key, reports[out.asset_key])
 
 
-def _observe(context: dg.AssetExecutionContext, asset: IncrementalAsset,
+def _observe(context: dg.AssetExecutionContext, asset_key: dg.AssetKey,
              metadata: dict[str, dg.MetadataValue]) -> None:
-    context.log_event(dg.AssetObservation(asset_key=asset.asset_key, metadata=metadata))
+    context.log_event(dg.AssetObservation(asset_key=asset_key, metadata=metadata))
 
 
-def _parameters(fn: Callable[..., DataFrame]) -> list[str]:
+def _parameters(fn: Callable[..., Any]) -> list[str]:
     params = inspect.signature(fn).parameters.values()
     bad = [p.name for p in params if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     if bad or not params:
@@ -239,12 +344,21 @@ def _parameters(fn: Callable[..., DataFrame]) -> list[str]:
     return [p.name for p in params]
 
 
-def _by_parameter(asset: IncrementalAsset,
-                  fn: Callable[..., DataFrame]) -> Callable[..., DataFrame]:
-    """The engine passes frames by table name; the function takes them by parameter."""
+def _by_parameter(asset: IncrementalAsset, fn: Callable[..., Any]) -> TransformFunction:
+    """The engine passes frames by table name and takes outputs by table name; the
+    function takes its inputs by parameter and returns its outputs by output name."""
     tables = {inp.name: inp.table_name for inp in asset.inputs}
+    outputs = {out.name: out.table_name for out in asset.outputs}
 
-    def call(**frames: DataFrame) -> DataFrame:
-        return fn(**{param: frames[table] for param, table in tables.items()})
+    def call(**frames: DataFrame) -> DataFrame | Mapping[str, DataFrame]:
+        produced = fn(**{param: frames[table] for param, table in tables.items()})
+        if not isinstance(produced, Mapping):
+            return produced  # a single output's DataFrame (the engine checks the rest)
+        if set(produced) != set(outputs):
+            raise TypeError(
+                f"{asset.transformation_id}: the function must return a DataFrame for each "
+                f"output {sorted(outputs)}, got {sorted(produced)}"
+            )
+        return {outputs[name]: frame for name, frame in produced.items()}
 
     return call

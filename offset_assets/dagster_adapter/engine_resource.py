@@ -102,15 +102,17 @@ class IncrementalEngineResource(dg.ConfigurableResource):
                               warehouse=self.warehouse)
 
     def transformation(self, asset: IncrementalAsset, func: TransformFunction) -> Transformation:
-        """The engine's view of an incremental asset: its input tables and output table."""
+        """The engine's view of an incremental asset: its input tables and output tables
+        (one, or each output of a multi-asset)."""
         spec = asset.spec
-        output = self.versioned_table(asset.table_name, list(spec.primary_key),
-                                      StructType.fromJson(json.loads(spec.schema_json)))
+        outputs = [self.versioned_table(out.table_name, list(out.primary_key),
+                                        StructType.fromJson(json.loads(out.schema_json)))
+                   for out in asset.outputs]
         return Transformation(
             transformation_id=asset.transformation_id,
             inputs=[TransformInput(self.table(inp.asset_key), inp.join_keys) for inp in asset.inputs],
             transform_keys=list(spec.transform_keys),
-            outputs=[output],
+            outputs=outputs,
             func=func,
             batch_size=spec.batch_size,
             commit_mode=spec.commit_mode,

@@ -46,6 +46,7 @@ from offset_assets.dagster_adapter.metadata import (
     IncrementalAsset,
     TableSpecMetadata,
     check_failed_keys,
+    output_view,
     reset_offsets_text,
     resolve_incremental,
     run_metadata,
@@ -191,17 +192,22 @@ class OffsetIOManager(dg.ConfigurableIOManager):
 
 def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: IncrementalAsset,
                result: RunResult, reset: str | None,
-               engine: IncrementalEngineResource) -> dict[str, dg.MetadataValue]:
-    """Log the run, build its metadata and apply the failed-keys policy (raises `Failure`).
+               engine: IncrementalEngineResource) -> dict[dg.AssetKey, dict[str, dg.MetadataValue]]:
+    """Log the run, build each output asset's metadata and apply the failed-keys policy
+    (raises `Failure`).
 
     A reset also tags the Dagster run, `offset_assets/offsets_reset.<transformation>` =
     the reason (`backfill <id>`, `tag offset_assets/reset=true`): short, so the runs list
     of a backfill shows it whole; which offsets were reset, and their old values, are in
     the materialization metadata (`offsets_reset`) and the run log."""
-    row_count = engine.table(asset.asset_key).read_actual().count() if engine.row_count else None
     lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
-    metadata = run_metadata(result, output_tables=[asset.table_name], reset_reason=reset,
-                            row_count=row_count, offset_lag_s=lags)
+    by_output = {
+        out.asset_key: run_metadata(
+            output_view(result, out.table_name, asset.output_tables), output_tables=[out.table_name],
+            reset_reason=reset, offset_lag_s=lags,
+            row_count=engine.table(out.asset_key).read_actual().count() if engine.row_count else None)
+        for out in asset.outputs
+    }
     context.log.info(run_summary(result, reset))
     if reset is not None:
         context.log.warning(
@@ -210,20 +216,20 @@ def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: Incr
         )
         instance = context.step_context.instance if isinstance(context, dg.OutputContext) else context.instance
         instance.add_run_tags(context.run_id, {f"{OFFSETS_RESET_TAG_PREFIX}{asset.transformation_id}": reset})
-    check_failed_keys(result, asset.spec.on_failed_keys, metadata, context.log)
+    check_failed_keys(result, asset.spec.on_failed_keys, by_output[asset.asset_key], context.log)
     if isinstance(context, dg.OutputContext):
-        context.add_output_metadata(metadata)
-    return metadata
+        context.add_output_metadata(by_output[asset.asset_key])
+    return by_output
 
 
 def report_idle_run(context: dg.AssetExecutionContext, asset: IncrementalAsset, result: RunResult,
-                    engine: IncrementalEngineResource) -> dict[str, dg.MetadataValue]:
-    """The metadata of a run the control plane answered (nothing to do): the same entries
-    as any run, without the row count, which would need Spark."""
+                    engine: IncrementalEngineResource) -> dict[dg.AssetKey, dict[str, dg.MetadataValue]]:
+    """Each output asset's metadata of a run the control plane answered (nothing to do):
+    the same entries as any run, without the row count, which would need Spark."""
     lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
-    metadata = run_metadata(result, output_tables=[asset.table_name], offset_lag_s=lags)
     context.log.info(run_summary(result, None))
-    return metadata
+    return {out.asset_key: run_metadata(result, output_tables=[out.table_name], offset_lag_s=lags)
+            for out in asset.outputs}
 
 
 def _consumer(context: dg.InputContext) -> IncrementalAsset | None:

@@ -10,7 +10,10 @@ and sensors read it without Spark.
 
 Naming: an asset's versioned table, and its transformation id, are the asset key as a
 Python identifier (`["sales", "orders"]` -> `sales__orders`). One rule, used
-everywhere, so an input's table is always found from its upstream asset key.
+everywhere, so an input's table is always found from its upstream asset key. A
+multi-asset (`incremental_multi_asset`) is one transformation with several outputs: each
+output asset's spec names the shared transformation id (the multi-asset's name), and its
+table is still its own key as an identifier.
 
 Observed (materialization metadata): `run_metadata(result)` turns the engine's
 `RunResult` into flat, typed entries (`rows_read.posts`, `offset_after.posts`, ...);
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -48,6 +51,8 @@ class IncrementalSpec:
     `inputs` maps the function's parameter names to upstream asset keys; when empty, the
     asset's own inputs (`AssetsDefinition.keys_by_input_name`) are used. `join_keys`
     maps a parameter name to `{primary_col: reference_col}` for reference inputs.
+    `primary_key` and `schema_json` are this asset's table; `transformation_id` is set
+    on the outputs of a multi-asset (None: the asset key as an identifier).
     """
 
     transform_keys: tuple[str, ...]
@@ -59,6 +64,7 @@ class IncrementalSpec:
     commit_mode: Literal["end", "batch"] = "end"
     change_detection: Literal["v2", "v1"] = "v2"
     on_failed_keys: FailedKeysPolicy = "raise"
+    transformation_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_failed_keys not in ("raise", "warn"):
@@ -81,6 +87,8 @@ class IncrementalSpec:
                 "commit_mode": self.commit_mode,
                 "change_detection": self.change_detection,
                 "on_failed_keys": self.on_failed_keys,
+                # Only on multi-asset outputs: a single asset's id is its key.
+                **({"transformation_id": self.transformation_id} if self.transformation_id else {}),
             }
         }
 
@@ -100,6 +108,7 @@ class IncrementalSpec:
             commit_mode=raw.get("commit_mode", "end"),
             change_detection=raw.get("change_detection", "v2"),
             on_failed_keys=raw.get("on_failed_keys", "raise"),
+            transformation_id=raw.get("transformation_id"),
         )
 
 
@@ -115,20 +124,42 @@ class IncrementalInput:
 
 
 @dataclass(frozen=True)
-class IncrementalAsset:
-    """An incremental asset resolved against its definition: keys, tables and inputs."""
+class IncrementalOutput:
+    """One output of a transformation: an asset and its versioned table."""
 
+    name: str  # the Dagster output name: the key of the function's returned mapping
     asset_key: dg.AssetKey
-    spec: IncrementalSpec
-    inputs: tuple[IncrementalInput, ...]
-
-    @property
-    def transformation_id(self) -> str:
-        return table_name_for(self.asset_key)
+    primary_key: tuple[str, ...]
+    schema_json: str
 
     @property
     def table_name(self) -> str:
         return table_name_for(self.asset_key)
+
+
+@dataclass(frozen=True)
+class IncrementalAsset:
+    """An incremental asset resolved against its definition: keys, tables and inputs.
+
+    `outputs` are every asset its transformation commits together: the asset alone, or
+    each output of a multi-asset (`asset_key` is then the one it was resolved for)."""
+
+    asset_key: dg.AssetKey
+    spec: IncrementalSpec
+    inputs: tuple[IncrementalInput, ...]
+    outputs: tuple[IncrementalOutput, ...]
+
+    @property
+    def transformation_id(self) -> str:
+        return self.spec.transformation_id or table_name_for(self.asset_key)
+
+    @property
+    def table_name(self) -> str:
+        return table_name_for(self.asset_key)
+
+    @property
+    def output_tables(self) -> list[str]:
+        return [out.table_name for out in self.outputs]
 
     @property
     def input_tables(self) -> list[str]:
@@ -189,11 +220,11 @@ def incremental_metadata(
 def resolve_incremental(
     assets_def: dg.AssetsDefinition | None, asset_key: dg.AssetKey | None = None
 ) -> IncrementalAsset | None:
-    """The incremental asset `asset_key` of `assets_def` (its only key by default), or
-    None when it carries no spec."""
+    """The incremental asset `asset_key` of `assets_def` (its first output by default:
+    its only key, or a multi-asset's first), or None when it carries no spec."""
     if assets_def is None:
         return None
-    key = asset_key or assets_def.key
+    key = asset_key or next(iter(assets_def.keys_by_output_name.values()))
     spec = IncrementalSpec.from_metadata(assets_def.metadata_by_key.get(key))
     if spec is None:
         return None
@@ -208,7 +239,22 @@ def resolve_incremental(
         IncrementalInput(name, upstream, spec.join_keys.get(name))
         for name, upstream in by_name.items()
     )
-    return IncrementalAsset(key, spec, inputs)
+    return IncrementalAsset(key, spec, inputs, _outputs(assets_def, key, spec))
+
+
+def _outputs(assets_def: dg.AssetsDefinition, key: dg.AssetKey,
+             spec: IncrementalSpec) -> tuple[IncrementalOutput, ...]:
+    """The assets of `assets_def` committed by the same transformation as `key`: itself,
+    or every output of the multi-asset naming the same transformation id."""
+    if spec.transformation_id is None:
+        return (IncrementalOutput(assets_def.get_output_name_for_asset_key(key), key,
+                                  spec.primary_key, spec.schema_json),)
+    outputs = []
+    for name, output_key in assets_def.keys_by_output_name.items():
+        output = IncrementalSpec.from_metadata(assets_def.metadata_by_key.get(output_key))
+        if output is not None and output.transformation_id == spec.transformation_id:
+            outputs.append(IncrementalOutput(name, output_key, output.primary_key, output.schema_json))
+    return tuple(outputs)
 
 
 def schema_json(schema: Any) -> str:
@@ -308,6 +354,21 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
         )
     metadata["summary"] = dg.MetadataValue.md(run_summary(result, reset_reason))
     return metadata
+
+
+def output_view(result: RunResult, table: str, output_tables: Sequence[str]) -> RunResult:
+    """The run as the asset of output `table` reports it: the rows written and deleted
+    and the deltas of its own table, none of its sibling outputs' (the meta delta stays:
+    it is the transformation's)."""
+    siblings = set(output_tables) - {table}
+    if not siblings:
+        return result
+
+    def own(by_table: dict[str, Any]) -> dict[str, Any]:
+        return {name: value for name, value in by_table.items() if name not in siblings}
+
+    return replace(result, rows_written=own(result.rows_written),
+                   rows_deleted=own(result.rows_deleted), deltas=own(result.deltas))
 
 
 def run_summary(result: RunResult, reset_reason: str | None = None) -> str:

@@ -53,25 +53,27 @@ def build_offset_sensor(
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
 ) -> dg.SensorDefinition:
     """A sensor requesting a run of the incremental asset `assets_def` whenever one of
-    its inputs has commits beyond its offsets, as the job `<asset>_job` (so the run names
-    its target). Needs the `OffsetStore` resource under the key `offset_store`.
+    its inputs has commits beyond its offsets, as the job `<transformation>_job` (so the
+    run names its target; a multi-asset's job selects all its outputs, which commit
+    together). Needs the `OffsetStore` resource under the key `offset_store`.
 
     For inputs written inside Dagster, declarative automation
     (`automation.on_input_commits()`) does the same without a sensor per asset; this
     sensor also sees commits made outside Dagster."""
     asset = resolve_incremental(assets_def)
     if asset is None:
-        raise dg.DagsterInvalidDefinitionError(
-            f"asset {assets_def.key.to_user_string()} is not incremental: no offsets to watch"
-        )
+        keys = ", ".join(sorted(key.to_user_string() for key in assets_def.keys))
+        raise dg.DagsterInvalidDefinitionError(f"asset {keys} is not incremental: no offsets to watch")
+    selection = [out.asset_key for out in asset.outputs]
 
     @dg.sensor(
         name=name or f"{asset.transformation_id}_inputs_changed",
-        job=dg.define_asset_job(f"{asset.transformation_id}_job", selection=[asset.asset_key]),
+        job=dg.define_asset_job(f"{asset.transformation_id}_job", selection=selection),
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description=(
-            f"Materializes {asset.asset_key.to_user_string()} when {', '.join(asset.input_tables)} "
+            f"Materializes {', '.join(key.to_user_string() for key in selection)} when "
+            f"{', '.join(asset.input_tables)} "
             "have commits beyond its offsets (control plane only, no Spark)."
         ),
     )
