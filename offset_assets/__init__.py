@@ -26,6 +26,8 @@ _EXPORTS = {
     "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",
     "SparkSessionResource": "offset_assets.dagster_adapter.spark_resource",
     "incremental_asset": "offset_assets.dagster_adapter.assets",
+    "incremental_multi_asset": "offset_assets.dagster_adapter.assets",
+    "IncrementalOut": "offset_assets.dagster_adapter.assets",
 }
 
 __all__ = sorted(_EXPORTS)

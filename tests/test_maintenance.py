@@ -332,7 +332,8 @@ def test_the_maintenance_job_compacts_the_project_tables_by_its_policy_and_clean
 
     assert result.success
     assert project_tables() == ["posts", "profiles", "enriched_posts", "_meta__enriched_posts",
-                                "user_post_stats", "_meta__user_post_stats"]
+                                "user_post_stats", "_meta__user_post_stats",
+                                "accepted_posts", "rejected_posts", "_meta__moderated_posts"]
     assert [s.delta_num for s in posts.catalog.snapshots("posts")] == [2]
     assert not posts.files.exists(stray)
     (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]

@@ -16,6 +16,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from assets_defs import source_system
 from assets_defs.assets.ingestion import ENV_INGEST_START, build_ingestion, ingest_start
+from assets_defs.assets.transformations import BANNED_WORD
 from assets_defs.definitions import build_definitions
 from assets_defs.demo.__main__ import demo
 from assets_defs.demo.report import render
@@ -51,29 +52,36 @@ def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedde
     dg.Definitions.validate_loadable(defs)
     repository = defs.get_repository_def()
     assert {key.to_user_string() for key in repository.asset_graph.get_all_asset_keys()} == {
-        "posts", "post_updates", "profiles", "enriched_posts", "user_post_stats"}
+        "posts", "post_updates", "profiles", "enriched_posts", "user_post_stats",
+        "accepted_posts", "rejected_posts"}
     assert {(key.asset_key.to_user_string(), key.name) for key in repository.asset_checks_defs_by_key} == {
-        (asset, check) for asset in ("enriched_posts", "user_post_stats")
+        (asset, check) for asset in ("enriched_posts", "user_post_stats", "accepted_posts", "rejected_posts")
         for check in ("offset_age", "offset_backlog")}
     assert {s.name for s in repository.sensor_defs} == {
         "posts_ranges_sensor", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed",
-        "transformations_automation"}
+        "moderated_posts_inputs_changed", "transformations_automation"}
     assert {s.name for s in repository.schedule_defs} == {
         "post_updates_schedule", "profiles_schedule", "offset_checks", "table_maintenance_hourly"}
     reprocess = repository.get_job("reprocess_transformations")
     assert reprocess.tags["offset_assets/reset"] == "true"
     # Every run names its job: the sensors', the schedules' and the demo's.
     assert {"transformations", "posts_ingestion", "post_updates_ingestion", "profiles_ingestion",
-            "enriched_posts_job", "user_post_stats_job"} <= {job.name for job in repository.get_all_jobs()}
+            "enriched_posts_job", "user_post_stats_job", "moderated_posts_job"} <= {
+        job.name for job in repository.get_all_jobs()}
     assert {s.name: s.job_name for s in repository.sensor_defs if s.name.endswith("_inputs_changed")} == {
         "enriched_posts_inputs_changed": "enriched_posts_job",
-        "user_post_stats_inputs_changed": "user_post_stats_job"}
+        "user_post_stats_inputs_changed": "user_post_stats_job",
+        "moderated_posts_inputs_changed": "moderated_posts_job"}
     # post_updates writes the posts table: lineage shows it upstream of enriched_posts.
     graph = repository.asset_graph
     assert graph.get(dg.AssetKey("enriched_posts")).parent_keys == {
         dg.AssetKey("posts"), dg.AssetKey("profiles"), dg.AssetKey("post_updates")}
-    for name in ("enriched_posts", "user_post_stats"):
+    for name in ("enriched_posts", "user_post_stats", "accepted_posts", "rejected_posts"):
         assert graph.get(dg.AssetKey(name)).automation_condition.get_label() == "on input commits"
+    # One transformation, two output assets; downstream assets depend on either one.
+    for name in ("accepted_posts", "rejected_posts"):
+        assert graph.get(dg.AssetKey(name)).parent_keys == {dg.AssetKey("posts"), dg.AssetKey("post_updates")}
+    assert defs.get_assets_def("accepted_posts") is defs.get_assets_def("rejected_posts")
     posts = defs.get_assets_def("posts")
     assert isinstance(posts.partitions_def, dg.DynamicPartitionsDefinition)
     updates = defs.get_assets_def("post_updates")
@@ -127,8 +135,8 @@ def test_the_demo_refuses_while_dagster_dev_runs_on_its_instance():
         check_no_dagster_dev(instance, now=now + 120)  # a daemon silent for 2 minutes has stopped
 
 
-def source_truth(url: str) -> tuple[set[tuple], set[tuple]]:
-    """enriched_posts and user_post_stats computed from the source database alone."""
+def source_truth(url: str) -> tuple[set[tuple], set[tuple], set[tuple]]:
+    """enriched_posts, user_post_stats and the live posts computed from the source database alone."""
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         names = dict(conn.execute(sa.text("SELECT id, name FROM profiles")).all())
@@ -140,7 +148,7 @@ def source_truth(url: str) -> tuple[set[tuple], set[tuple]]:
     for _, uid, _, ts in live:
         count, last = stats.get(uid, (0, 0.0))
         stats[uid] = (count + 1, max(last, ts))
-    return enriched, {(uid, names[uid], count, last) for uid, (count, last) in stats.items()}
+    return enriched, {(uid, names[uid], count, last) for uid, (count, last) in stats.items()}, set(live)
 
 
 def actual_rows(defs: dg.Definitions, asset: str) -> set[tuple]:
@@ -190,19 +198,22 @@ def test_demo_story_second_run_processes_only_the_changed_posts_and_the_renamed_
             enriched["rows_deleted.enriched_posts"]) == (9, 9, 1)
     assert enriched["rows_read.profiles"] < SMALL.users  # filtered join: only the authors present
     assert second.processed("user_post_stats") == len(expected.stats_users) == 4
-    assert all(passed for *_, passed, _ in second.checks) and len(second.checks) == 4
+    assert all(passed for *_, passed, _ in second.checks) and len(second.checks) == 8
 
     before = {(r["transformation_id"], r["input_table_name"]): r["update_ts_offset"] for r in story.offsets_before}
     after = {(r["transformation_id"], r["input_table_name"]): r["update_ts_offset"] for r in story.offsets_after}
     assert set(after) == {("enriched_posts", "posts"), ("enriched_posts", "profiles"),
-                          ("user_post_stats", "enriched_posts")}
+                          ("user_post_stats", "enriched_posts"), ("moderated_posts", "posts")}
     assert all(after[key] > before[key] for key in after)
 
     defs = build_definitions()
-    truth_enriched, truth_stats = source_truth(source_system.source_url())
+    truth_enriched, truth_stats, live = source_truth(source_system.source_url())
     assert actual_rows(defs, "enriched_posts") == truth_enriched
     assert actual_rows(defs, "user_post_stats") == truth_stats
     assert len(truth_enriched) == 32
+    rejected = {post for post in live if BANNED_WORD in post[2].split(" ")}
+    assert actual_rows(defs, "rejected_posts") == rejected and 0 < len(rejected) < len(live)
+    assert actual_rows(defs, "accepted_posts") == live - rejected
 
     # posts deltas: 1 = first id range, 2 = second id range, 3 = yesterday's window.
     assert [(delta, text is not None) for delta, _, text in story.history] == [(1, True), (2, True), (3, True)]

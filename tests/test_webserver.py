@@ -163,20 +163,23 @@ def test_webserver_shows_the_demo_with_lineage_typed_metadata_row_counts_and_job
     [repository] = location["repositories"]
 
     assets = {"/".join(node["assetKey"]["path"]): node for node in repository["assetNodes"]}
-    assert set(assets) == {"posts", "post_updates", "profiles", "enriched_posts", "user_post_stats"}
+    assert set(assets) == {"posts", "post_updates", "profiles", "enriched_posts", "user_post_stats",
+                           "accepted_posts", "rejected_posts"}
     assert {name: node["groupName"] for name, node in assets.items()} == {
         "posts": "ingestion", "post_updates": "ingestion", "profiles": "ingestion",
-        "enriched_posts": "transformations", "user_post_stats": "transformations"}
+        "enriched_posts": "transformations", "user_post_stats": "transformations",
+        "accepted_posts": "transformations", "rejected_posts": "transformations"}
     assert assets["posts"]["partitionDefinition"]["type"] == "DYNAMIC"
     assert assets["post_updates"]["partitionDefinition"]["type"] == "TIME_WINDOW"
     assert assets["profiles"]["partitionDefinition"]["type"] == "TIME_WINDOW"
     checks = {name: sorted(c["name"] for c in node["assetChecksOrError"]["checks"])
               for name, node in assets.items() if node["assetChecksOrError"]["checks"]}
-    assert checks == {"enriched_posts": ["offset_age", "offset_backlog"],
-                      "user_post_stats": ["offset_age", "offset_backlog"]}
+    assert checks == {name: ["offset_age", "offset_backlog"]
+                      for name in ("enriched_posts", "user_post_stats", "accepted_posts", "rejected_posts")}
     assert {s["name"]: s["sensorState"]["status"] for s in repository["sensors"]} == {
         "posts_ranges_sensor": "STOPPED", "enriched_posts_inputs_changed": "STOPPED",
-        "user_post_stats_inputs_changed": "STOPPED", "transformations_automation": "RUNNING"}
+        "user_post_stats_inputs_changed": "STOPPED", "moderated_posts_inputs_changed": "STOPPED",
+        "transformations_automation": "RUNNING"}
     assert {s["name"] for s in repository["schedules"]} == {
         "post_updates_schedule", "profiles_schedule", "offset_checks", "table_maintenance_hourly"}
     assert {"transformations", "reprocess_transformations", "posts_ingestion", "post_updates_ingestion",
