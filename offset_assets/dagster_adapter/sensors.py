@@ -2,8 +2,9 @@
 
 Each tick reads the control plane (the offsets, and the committed deltas since each
 offset from the delta catalog) and, when there is new work, the Dagster instance's run
-storage; it never starts Spark. A non-empty delta committed after both the input's offset and
-the cursor is new work, and the sensor requests a run of the asset for it, except:
+storage; it never starts Spark. A non-empty delta committed after both the input's
+offset and the cursor is new work, and the sensor requests a run of the asset for it,
+except:
 
 - while a run that will materialize the asset or one of its upstream assets is queued
   or in progress (declarative automation waits for the same): that run takes the work,
@@ -45,15 +46,9 @@ DEFAULT_AUTOMATION_GRACE_S = 120.0
 
 
 def new_input_commits(plane: ControlPlane, transformation_id: str, input_tables: Iterable[str],
-                      seen: Mapping[str, float]) -> dict[str, float]:
-    """Per input with new work, the newest non-empty commit beyond both its offset and
-    `seen`; inputs without such a commit are left out."""
-    newest = _newest_deltas(plane, transformation_id, input_tables, seen)
-    return {name: delta.commit_ts for name, delta in newest.items()}
-
-
-def _newest_deltas(plane: ControlPlane, transformation_id: str, input_tables: Iterable[str],
-                   seen: Mapping[str, float]) -> dict[str, DeltaInfo]:
+                      seen: Mapping[str, float]) -> dict[str, DeltaInfo]:
+    """Per input with new work, the newest non-empty delta committed beyond both its
+    offset and `seen`; inputs without such a delta are left out."""
     offsets = OffsetRepository(plane).get_offsets_for_transformation(transformation_id)
     catalog = DeltaCatalog(plane)
     newest: dict[str, DeltaInfo] = {}
@@ -131,7 +126,7 @@ def evaluate_offset_sensor(
     """One tick. Without `instance` (a control-plane-only look, as the demo takes), runs
     in progress and the automation grace are not considered."""
     seen = {name: float(ts) for name, ts in json.loads(cursor or "{}").items()}
-    newest = _newest_deltas(plane, asset.transformation_id, asset.input_tables, seen)
+    newest = new_input_commits(plane, asset.transformation_id, asset.input_tables, seen)
     if not newest:
         return dg.SkipReason(
             f"no commits beyond the offsets of {asset.transformation_id} in "
