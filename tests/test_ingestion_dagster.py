@@ -156,6 +156,7 @@ def test_time_window_partitions_ingest_in_order_and_a_backfill_reingests(
     assert (day1.status, day1.attempt, day1.run_id) == ("SUCCESS", 3, fixed.run_id)
 
 
+@pytest.mark.quick
 def test_today_is_a_partition_ingested_as_it_grows_and_automation_downstream_reacts(
         spark, sqlite_url, warehouse, source_url, resources, stack):
     """The current window is the last partition, so it can be launched from the UI. A plain
