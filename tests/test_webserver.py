@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -39,9 +40,11 @@ WORKSPACE_QUERY = """
     ... on PythonError { message }
     ... on RepositoryLocation { repositories {
       assetNodes { assetKey { path } groupName partitionDefinition { type }
+                   partitionKeysByDimension { partitionKeys }
                    dependencyKeys { path } automationCondition { label }
                    assetChecksOrError { ... on AssetChecks { checks { name } } } }
-      sensors { name sensorState { status } } schedules { name } jobs { name } } } } } } } }
+      sensors { name sensorState { status } } schedules { name scheduleState { status } }
+      jobs { name } } } } } } } }
 """
 LATEST_MATERIALIZATION_QUERY = """
 { assetOrError(assetKey: {path: ["%s"]}) { ... on Asset { assetMaterializations(limit: 1) {
@@ -175,10 +178,16 @@ def test_webserver_shows_the_demo_with_lineage_typed_metadata_row_counts_and_job
     assert checks == {"enriched_posts": ["offset_age", "offset_backlog"],
                       "user_post_stats": ["offset_age", "offset_backlog"]}
     assert {s["name"]: s["sensorState"]["status"] for s in repository["sensors"]} == {
-        "posts_ranges_sensor": "STOPPED", "enriched_posts_inputs_changed": "STOPPED",
-        "user_post_stats_inputs_changed": "STOPPED", "transformations_automation": "RUNNING"}
-    assert {s["name"] for s in repository["schedules"]} == {
-        "post_updates_schedule", "profiles_schedule", "offset_checks", "table_maintenance_hourly"}
+        "posts_ranges_sensor": "STOPPED", "enriched_posts_inputs_changed": "RUNNING",
+        "user_post_stats_inputs_changed": "RUNNING", "transformations_automation": "RUNNING"}
+    assert {s["name"]: s["scheduleState"]["status"] for s in repository["schedules"]} == {
+        "post_updates_schedule": "STOPPED", "profiles_schedule": "STOPPED", "offset_checks": "RUNNING",
+        "table_maintenance_hourly": "STOPPED"}
+    # The partitions of the daily windows end with today's: it can be launched from the UI.
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    for name in ("post_updates", "profiles"):
+        [dimension] = assets[name]["partitionKeysByDimension"]
+        assert dimension["partitionKeys"][-1] == today
     assert {"transformations", "reprocess_transformations", "posts_ingestion", "post_updates_ingestion",
             "profiles_ingestion"} <= {j["name"] for j in repository["jobs"]}
 
