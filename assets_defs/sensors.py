@@ -1,19 +1,20 @@
 """Sensors: new rows at the source, and new commits beyond the transformations' offsets.
 
-- `posts_ranges_sensor` plans the next id range of `posts` from job_log and the source's
-  max id, adds it as a dynamic partition and runs it (ranges run in order).
+- `transformations_automation` evaluates the transformations' automation conditions
+  (`on_input_commits`: run once an upstream asset materialized, nothing upstream still
+  running). It starts running: any ingestion run in Dagster (a partition launched from
+  the UI, today's included, a schedule, `posts_ranges_sensor`, a backfill, a refresh) is
+  followed by the incremental runs.
 - `enriched_posts_inputs_changed` / `user_post_stats_inputs_changed` /
   `moderated_posts_inputs_changed` run a transformation
-  when one of its inputs has commits beyond its offsets: a control-plane query per tick,
-  never Spark. Declarative automation already runs the transformations after ingestion
-  in Dagster; these sensors are for inputs written outside Dagster (engine API, CLI).
-
-These four start stopped; turn them on in the UI (Automation) once the demo has run.
-
-- `transformations_automation` evaluates the transformations' automation conditions
-  (`on_input_commits`: run once an upstream asset materialized). It starts running, so
-  ingestion launched from the UI (or by `posts_ranges_sensor`) is followed by the
-  incremental runs without anything else to switch on.
+  when one of its inputs has commits beyond its offsets that automation left: commits
+  made outside Dagster (engine API, CLI), a failed run's work, anything while automation
+  is off. A control-plane query per tick, never Spark; they wait while an upstream run
+  is under way and leave commits made in Dagster to automation for two minutes, so the
+  two never run one transformation twice at once. They start running too.
+- `posts_ranges_sensor` plans the next id range of `posts` from job_log and the source's
+  max id, adds it as a dynamic partition and runs it (ranges run in order). It starts
+  stopped: turn it on in the UI (Automation) once the demo has run.
 """
 
 import dagster as dg
@@ -43,7 +44,10 @@ def build_sensors(ingestion: Ingestion) -> list[dg.SensorDefinition]:
         ),
         build_ingestion_sensor(ingestion.posts_job, ingestion.posts,
                                minimum_interval_seconds=SOURCE_POLL_S),
-        build_offset_sensor(enriched_posts, minimum_interval_seconds=OFFSET_POLL_S),
-        build_offset_sensor(user_post_stats, minimum_interval_seconds=OFFSET_POLL_S),
-        build_offset_sensor(moderated_posts, minimum_interval_seconds=OFFSET_POLL_S),
+        build_offset_sensor(enriched_posts, minimum_interval_seconds=OFFSET_POLL_S,
+                            default_status=dg.DefaultSensorStatus.RUNNING),
+        build_offset_sensor(user_post_stats, minimum_interval_seconds=OFFSET_POLL_S,
+                            default_status=dg.DefaultSensorStatus.RUNNING),
+        build_offset_sensor(moderated_posts, minimum_interval_seconds=OFFSET_POLL_S,
+                            default_status=dg.DefaultSensorStatus.RUNNING),
     ]

@@ -1,17 +1,20 @@
-"""Offset checks, the offset sensor, schedules and backfill tags: control plane only.
+"""Offset checks, the offset sensor, automation, schedules and backfill tags: control plane only.
 
 No Spark here: input deltas are committed straight into the delta catalog (as an
 ingestion would), offsets are set through the `OffsetStore`, and their age is set in
-`transform_input_offset.updated_at` with SQL.
+`transform_input_offset.updated_at` with SQL. Dagster runs that must be under way are
+created in a test instance and moved through their states with run events.
 """
 
 import json
 import time
 import uuid
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
+from dagster._core.events import DagsterEvent, DagsterEventType
 
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
@@ -24,10 +27,13 @@ from offset_assets.dagster_adapter import (
     build_offset_sensor,
     incremental_asset,
     is_reset_run,
+    on_input_commits,
+    sensors,
 )
 from offset_assets.dagster_adapter.checks import (
     DEFAULT_ERROR_AFTER_S,
     DEFAULT_WARN_AFTER_S,
+    backlog_result,
     offset_age_result,
 )
 from offset_assets.dagster_adapter.metadata import resolve_incremental
@@ -58,9 +64,17 @@ def enriched():
     )(enrich)
 
 
-def commit(catalog: DeltaCatalog, table: str, upserted: int = 1, deleted: int = 0) -> float:
-    """Commit one delta of `table` holding that many versions; returns its commit_ts."""
-    hot = catalog.open_hot(table, "ingestion", None, f"/warehouse/{table}/{uuid.uuid4().hex}")
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def commit(catalog: DeltaCatalog, table: str, upserted: int = 1, deleted: int = 0,
+           run_id: str | None = None) -> float:
+    """Commit one delta of `table` holding that many versions (written by `run_id`);
+    returns its commit_ts."""
+    hot = catalog.open_hot(table, "ingestion", run_id, f"/warehouse/{table}/{uuid.uuid4().hex}")
     return catalog.commit([(table, hot.delta_num, upserted, deleted)])
 
 
@@ -161,12 +175,35 @@ def test_backlog_check_counts_committed_versions_beyond_the_offset(enriched, sto
     assert strict.severity == dg.AssetCheckSeverity.ERROR
 
 
+def test_a_backlog_that_waited_too_long_is_an_error(enriched, store, catalog):
+    """A backlog nothing picks up turns the asset red: ERROR once its oldest commit is
+    `error_backlog_age_s` old, whatever the number of versions."""
+    store.update_offsets_bulk({(TID, "posts"): commit(catalog, "posts")})
+    waiting = commit(catalog, "posts", upserted=2)
+    commit(catalog, "posts", upserted=1)
+    asset = resolve_incremental(enriched)
+
+    fresh = backlog_result(store.control_plane(), asset, 0, None, error_age_s=1800, now=waiting + 60)
+    assert (fresh.severity, fresh.metadata["backlog_age_s"].value) == (dg.AssetCheckSeverity.WARN, 60.0)
+    stuck = backlog_result(store.control_plane(), asset, 0, None, error_age_s=1800, now=waiting + 1800)
+    assert stuck.severity == dg.AssetCheckSeverity.ERROR
+    assert stuck.description == (
+        "3 committed input version(s) beyond the offsets; the oldest waiting 1800 s (error from 1800 s)")
+    tolerated = backlog_result(store.control_plane(), asset, 5, None, error_age_s=1800,
+                               now=waiting + 3600)
+    assert tolerated.severity == dg.AssetCheckSeverity.ERROR  # few, but stuck
+    store.update_offsets_bulk({(TID, "posts"): catalog.last_committed("posts").commit_ts})
+    done = backlog_result(store.control_plane(), asset, 0, None, error_age_s=1800, now=waiting + 3600)
+    assert done.passed and done.metadata["backlog_age_s"].value == 0.0
+
+
 def test_sensor_requests_a_run_only_for_new_commits_beyond_the_offsets_and_advances_its_cursor(
-        enriched, store, catalog):
+        enriched, store, catalog, instance):
     sensor = build_offset_sensor(enriched)
 
     def tick(cursor):
-        return sensor(dg.build_sensor_context(cursor=cursor, resources={"offset_store": store}))
+        return sensor(dg.build_sensor_context(cursor=cursor, instance=instance,
+                                              resources={"offset_store": store}))
 
     assert isinstance(tick(None), dg.SkipReason)  # no input data yet
 
@@ -189,6 +226,102 @@ def test_sensor_requests_a_run_only_for_new_commits_beyond_the_offsets_and_advan
     again = tick(requested.cursor)
     assert len(again.run_requests) == 1
     assert json.loads(again.cursor) == {"posts": posts_ts, "profiles": profiles_ts}
+
+
+def report(instance: dg.DagsterInstance, run: dg.DagsterRun, event: DagsterEventType) -> None:
+    instance.report_dagster_event(DagsterEvent(event.value, job_name=run.job_name), run_id=run.run_id)
+
+
+@pytest.fixture
+def automated(store):
+    """`enriched_posts` with its upstream assets and `on_input_commits()`, as the
+    reference project wires it."""
+    asset = incremental_asset(
+        name=TID, transform_keys=["post_id"], primary_key=["post_id"], schema=ENRICHED,
+        join_keys={"profiles": {"user_id": "id"}}, automation_condition=on_input_commits(),
+    )(enrich)
+
+    @dg.asset(name="posts")
+    def posts() -> None: ...
+
+    @dg.asset(name="profiles")
+    def profiles() -> None: ...
+
+    return dg.Definitions(assets=[posts, profiles, asset],
+                          jobs=[dg.define_asset_job("ingest_posts", selection=["posts"]),
+                                dg.define_asset_job("enrich", selection=[TID])],
+                          resources=engine_resources(store))
+
+
+def test_sensor_waits_for_runs_under_way_and_leaves_dagster_commits_to_automation_for_a_grace(
+        automated, store, catalog, instance, monkeypatch):
+    """Beside declarative automation the sensor requests only what automation does not:
+    while an upstream run is under way it waits; a commit is left to automation for the
+    grace after things settled (the run that committed it, the last run of the asset);
+    then the sensor requests it, whoever committed it: no backlog is left behind."""
+    sensor = build_offset_sensor(automated.get_assets_def(TID))
+    assert "left to automation for 120 s" in sensor.description
+    clock = [0.0]
+    monkeypatch.setattr(sensors, "time", SimpleNamespace(time=lambda: clock[0]))
+
+    def tick(now, cursor=None):
+        clock[0] = now
+        with dg.build_sensor_context(cursor=cursor, instance=instance,
+                                     resources={"offset_store": store}) as context:
+            return sensor(context)
+
+    ingest = instance.create_run_for_job(job_def=automated.resolve_job_def("ingest_posts"))
+    report(instance, ingest, DagsterEventType.RUN_START)
+    posts_ts = commit(catalog, "posts", run_id=ingest.run_id)
+    assert tick(posts_ts + 600).skip_message == (
+        f"posts have new commits, but run {ingest.run_id} is materializing posts: waiting for it to end")
+
+    report(instance, ingest, DagsterEventType.RUN_SUCCESS)
+    ended = instance.get_run_record_by_id(ingest.run_id).end_time
+    assert tick(ended + 30).skip_message == (
+        "new commits in posts are left to declarative automation for 90 s more")
+    [request] = tick(ended + 120).run_requests  # automation did not take it: the sensor does
+    assert request.run_key == f"{TID}:posts@{posts_ts!r}"
+
+    # A run of the transformation under way (automation's): the sensor waits for it, and
+    # when it failed, requests its work once more.
+    run = instance.create_run_for_job(job_def=automated.resolve_job_def("enrich"))
+    report(instance, run, DagsterEventType.RUN_START)
+    assert tick(ended + 600).skip_message.endswith(
+        f"run {run.run_id} is materializing {TID}: waiting for it to end")
+    report(instance, run, DagsterEventType.RUN_FAILURE)
+    failed_at = instance.get_run_record_by_id(run.run_id).end_time
+    assert tick(failed_at + 60).skip_message.endswith("for 60 s more")
+    assert len(tick(failed_at + 120).run_requests) == 1
+
+    # A commit made outside Dagster (the CLI, the engine API) is requested after the grace.
+    store.update_offsets_bulk({(TID, "posts"): posts_ts})
+    outside = commit(catalog, "profiles", run_id="cli-run")
+    assert tick(outside + 60).skip_message.endswith("for 60 s more")
+    assert [r.run_key for r in tick(outside + 120).run_requests] == [f"{TID}:profiles@{outside!r}"]
+
+
+def test_automation_requests_a_run_for_an_input_that_committed_while_the_asset_was_running(
+        automated, instance):
+    """The run under way took its snapshot before the input committed: its materialization
+    must not clear the update (eager()'s since_last_handled would), so the asset is
+    requested once that run has ended."""
+    def evaluate(cursor):
+        return dg.evaluate_automation_conditions(defs=automated, instance=instance, cursor=cursor)
+
+    result = evaluate(None)
+    assert result.total_requested == 0
+    run = instance.create_run_for_job(job_def=automated.resolve_job_def("enrich"))
+    report(instance, run, DagsterEventType.RUN_START)
+    dg.materialize([automated.get_assets_def("posts")], instance=instance)
+    result = evaluate(result.cursor)
+    assert result.total_requested == 0  # enriched_posts is in progress: wait
+
+    instance.report_runless_asset_event(dg.AssetMaterialization(TID))  # the run's own output
+    report(instance, run, DagsterEventType.RUN_SUCCESS)
+    result = evaluate(result.cursor)
+    assert (result.total_requested, result.get_num_requested(dg.AssetKey(TID))) == (1, 1)
+    assert evaluate(result.cursor).total_requested == 0  # requested once
 
 
 def test_definitions_with_checks_sensor_and_schedules_load(enriched, store):

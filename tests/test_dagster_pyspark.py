@@ -104,9 +104,9 @@ from assets_defs.definitions import build_definitions
 defs = build_definitions()
 with dg.instance_for_test() as instance:
     checks = defs.resolve_job_def("offset_checks_job").execute_in_process(instance=instance)
-sensor = defs.resolve_sensor_def("enriched_posts_inputs_changed")
-with dg.build_sensor_context(resources=defs.resources) as context:
-    tick = sensor(context)
+    sensor = defs.resolve_sensor_def("enriched_posts_inputs_changed")
+    with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+        tick = sensor(context)
 print(json.dumps({
     "provider": type(defs.resources["incremental_engine"].spark).__name__,
     "checks": len(checks.get_asset_check_evaluations()),

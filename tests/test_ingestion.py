@@ -184,6 +184,57 @@ def test_time_windows_from_a_sql_table_catch_up_in_order(sqlite_url, spark, ware
         "20220101000000", True, None)
 
 
+def test_an_open_window_is_ingested_as_it_grows_without_moving_the_pointer(
+        sqlite_url, spark, warehouse, source_url):
+    """Today's window, ingested before it ends: its rows are committed, but its job_log row
+    holds nothing (end = start), so the pointer stays put, also behind a gap, and the
+    window runs again, whole, once it has closed."""
+    plane = connect(sqlite_url)
+    insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1, 9)),
+                     ("bob", "Rome", datetime(2022, 1, 2, 9)))
+    job = IngestionJob(
+        "daily_customers", SqlTableSource(source_url, "customers", time_column="created_at",
+                                          columns=["id", "name", "city"]),
+        TimeWindowPlanner(datetime(2022, 1, 1), timedelta(days=1)),
+        TargetTable("daily_customers", ["id"], CUSTOMERS),
+    )
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+    day1 = DataRange(RangeKind.TIME_WINDOW, "20220101000000", "20220102000000")
+    today = DataRange(RangeKind.TIME_WINDOW, "20220102000000", "20220103000000")
+    noon = datetime(2022, 1, 2, 12, tzinfo=UTC)
+
+    # Day 1 is not ingested yet (a gap): the open window runs anyway, as a refresh.
+    early = ingestion.run_range(today, now=noon)
+    assert (early.open_window, early.data_range.refresh, early.rows_upserted) == (True, True, 1)
+    assert early.data_range.end == "20220103000000"  # read up to the window's end
+    row = JobLog(plane).get_range("daily_customers", "20220102000000")
+    assert (row.status, row.data_range_end) == ("SUCCESS", "20220102000000")
+    assert row.runtime_args_dict == {"open_window": True, "refresh": True}
+    assert ingestion.plan(noon) == [day1]  # the pointer did not move past the gap
+    (first,) = ingestion.run_pending(now=noon)
+    assert (first.data_range.start, first.rows_upserted) == ("20220101000000", 1)
+    assert ingestion.plan(noon) == []  # the window is still open: not due
+
+    # Re-run while it grows: only the new row is a new version.
+    insert_customers(source_url, ("cid", "Lima", datetime(2022, 1, 2, 15)))
+    grown = ingestion.run_range(today, now=datetime(2022, 1, 2, 16, tzinfo=UTC))
+    assert (grown.rows_read, grown.rows_upserted, grown.rows_unchanged) == (2, 1, 1)
+
+    # Once closed, the window is due again and ingested whole; then the pointer moves.
+    insert_customers(source_url, ("dan", "Kyiv", datetime(2022, 1, 2, 23)))
+    after = datetime(2022, 1, 3, 1, tzinfo=UTC)
+    (due,) = ingestion.plan(after)
+    assert (due.start, due.refresh, due.previous_status) == ("20220102000000", True, "SUCCESS")
+    (closed,) = ingestion.run_pending(now=after)
+    assert (closed.open_window, closed.rows_upserted, closed.rows_unchanged) == (False, 1, 2)
+    row = JobLog(plane).get_range("daily_customers", "20220102000000")
+    assert (row.data_range_end, row.attempt) == ("20220103000000", 3)
+    assert ingestion.plan(after) == []
+    rows, last = actual(spark, plane, warehouse, "daily_customers")
+    assert rows == [(1, "ann", "Oslo"), (2, "bob", "Rome"), (3, "cid", "Lima"), (4, "dan", "Kyiv")]
+    assert last == 4
+
+
 def land(spark, root, day, rows):
     spark.createDataFrame(rows, CUSTOMERS).coalesce(1).write.mode("overwrite").parquet(
         f"{root}/dt={day}")

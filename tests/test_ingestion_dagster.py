@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
-from offset_assets.dagster_adapter import OffsetStore
+from offset_assets.dagster_adapter import OffsetStore, on_input_commits
 from offset_assets.dagster_adapter.ingestion_assets import (
     build_ingestion_schedule,
     build_ingestion_sensor,
@@ -48,6 +48,11 @@ def execute(url, sql, **params):
 def add_customer(url, name, city, day):
     execute(url, "INSERT INTO customers (name, city, created_at) VALUES (:n, :c, :t)",
             n=name, c=city, t=f"2022-01-{day:02d} 10:00:00.000000")
+
+
+def add_customer_at(url, name, city, moment: datetime):
+    execute(url, "INSERT INTO customers (name, city, created_at) VALUES (:n, :c, :t)",
+            n=name, c=city, t=moment.strftime("%Y-%m-%d %H:%M:%S.000000"))
 
 
 @pytest.fixture
@@ -149,6 +154,73 @@ def test_time_window_partitions_ingest_in_order_and_a_backfill_reingests(
         [(1, "ann", "Bergen"), (2, "bob", "Rome")], 3)
     day1 = JobLog(connect(sqlite_url)).get_range("daily_customers", "20220101000000")
     assert (day1.status, day1.attempt, day1.run_id) == ("SUCCESS", 3, fixed.run_id)
+
+
+@pytest.mark.quick
+def test_today_is_a_partition_ingested_as_it_grows_and_automation_downstream_reacts(
+        spark, sqlite_url, warehouse, source_url, resources, stack):
+    """The current window is the last partition, so it can be launched from the UI. A plain
+    run ingests what the source holds so far (a refresh that keeps the window due),
+    again as it grows; each run is a materialization of a partition Dagster knows, so
+    declarative automation requests the downstream asset."""
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+    yesterday = today - timedelta(days=1)
+    job = dataclasses.replace(daily_job(source_url),
+                              planner=TimeWindowPlanner(yesterday, timedelta(days=1)))
+    asset = ingestion_asset(job)
+
+    @dg.asset(deps=[asset.key], automation_condition=on_input_commits())
+    def customer_report() -> None: ...
+
+    instance = stack.enter_context(dg.instance_for_test())
+    today_key, yesterday_key = today.strftime("%Y-%m-%d"), yesterday.strftime("%Y-%m-%d")
+    assert asset.partitions_def.get_partition_keys() == [yesterday_key, today_key]
+
+    defs = dg.Definitions(assets=[asset, customer_report], resources=resources)
+
+    def evaluate(cursor):
+        return dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+
+    result = evaluate(None)
+    add_customer_at(source_url, "ann", "Oslo", today)
+    early = dg.materialize([asset], partition_key=today_key, resources=resources, instance=instance)
+    meta = metadata_of(early, "daily_customers")
+    assert (meta["open_window"], meta["refresh"], meta["rows_upserted"]) == (True, True, 1)
+    row = JobLog(connect(sqlite_url)).get_range("daily_customers", today.strftime("%Y%m%d%H%M%S"))
+    assert row.data_range_end == row.data_range_start  # holds nothing: due again once closed
+    result = evaluate(result.cursor)
+    assert result.get_num_requested(customer_report.key) == 1
+
+    add_customer_at(source_url, "bob", "Rome", today)
+    grown = dg.materialize([asset], partition_key=today_key, resources=resources, instance=instance)
+    assert (metadata_of(grown, "daily_customers")["rows_upserted"],
+            metadata_of(grown, "daily_customers")["rows_unchanged"]) == (1, 1)
+    # Yesterday is still the next range in order: today's early runs did not move past it.
+    add_customer_at(source_url, "cid", "Lima", yesterday)
+    closed = dg.materialize([asset], partition_key=yesterday_key, resources=resources,
+                            instance=instance)
+    assert (metadata_of(closed, "daily_customers")["refresh"],
+            metadata_of(closed, "daily_customers")["open_window"]) == (False, False)
+    assert table_state(spark, sqlite_url, warehouse, "daily_customers") == (
+        [(1, "ann", "Oslo"), (2, "bob", "Rome"), (3, "cid", "Lima")], 3)
+
+
+def test_the_ingestion_schedule_runs_the_window_that_closed_not_the_one_that_opened(
+        source_url, resources):
+    asset = ingestion_asset(daily_job(source_url))
+    schedule = build_ingestion_schedule(asset)
+    repository = dg.Definitions(assets=[asset], schedules=[schedule],
+                                resources=resources).get_repository_def()
+
+    def tick(moment):
+        with dg.build_schedule_context(scheduled_execution_time=moment,
+                                       repository_def=repository) as context:
+            return schedule.evaluate_tick(context)
+
+    [request] = tick(datetime(2022, 1, 3, tzinfo=UTC)).run_requests
+    assert (request.partition_key, request.run_key) == ("2022-01-02", "2022-01-02")
+    assert tick(datetime(2022, 1, 1, tzinfo=UTC)).skip_message == (
+        "no window has closed by 2022-01-01T00:00:00+00:00")
 
 
 def test_a_sensor_adds_id_range_partitions_and_runs_them_in_order(

@@ -6,6 +6,7 @@ in a temporary folder (`OFFSET_ASSETS_HOME`). Every count is asserted exactly.
 """
 
 import time
+from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
@@ -22,10 +23,14 @@ from assets_defs.demo.__main__ import demo
 from assets_defs.demo.report import render
 from assets_defs.demo.story import (
     NON_EMBEDDED,
+    QUIET_RUN_CONFIG,
+    DemoClock,
     DemoError,
     DemoSizes,
+    MaterializationPass,
     check_embedded,
     check_no_dagster_dev,
+    ingest_due_ranges,
     run_story,
 )
 from assets_defs.resources import ENV_DEPLOYMENT
@@ -62,6 +67,13 @@ def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedde
         "moderated_posts_inputs_changed", "transformations_automation"}
     assert {s.name for s in repository.schedule_defs} == {
         "post_updates_schedule", "profiles_schedule", "offset_checks", "table_maintenance_hourly"}
+    # Running from the start: whatever commits input versions is followed by the
+    # transformations (automation, the offset sensors), and a backlog is checked on its own.
+    assert {s.name for s in repository.sensor_defs
+            if s.default_status == dg.DefaultSensorStatus.RUNNING} == {
+        "transformations_automation", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed"}
+    assert {s.name for s in repository.schedule_defs
+            if s.default_status == dg.DefaultScheduleStatus.RUNNING} == {"offset_checks"}
     reprocess = repository.get_job("reprocess_transformations")
     assert reprocess.tags["offset_assets/reset"] == "true"
     # Every run names its job: the sensors', the schedules' and the demo's.
@@ -86,7 +98,36 @@ def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedde
     assert isinstance(posts.partitions_def, dg.DynamicPartitionsDefinition)
     updates = defs.get_assets_def("post_updates")
     assert updates.partitions_def.get_first_partition_key() == ingest_start().strftime("%Y-%m-%d")
+    # Today's window is a partition: the UI lists it and can launch it.
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    assert updates.partitions_def.get_last_partition_key() == today
+    assert defs.get_assets_def("profiles").partitions_def.get_last_partition_key() == today
     assert updates.metadata_by_key[updates.key]["offset_assets/table"] == "posts"
+
+
+def test_the_backlog_check_runs_on_a_schedule_of_its_own_from_the_start(embedded_state):
+    """`offset_checks` runs every 15 minutes without a hand on it and evaluates both checks
+    of both transformations, materializing nothing: a backlog that no run picks up is seen
+    (and turns the asset red once it has waited 30 minutes) even while nothing else runs."""
+    defs = build_definitions()
+    repository = defs.get_repository_def()
+    schedule = repository.get_schedule_def("offset_checks")
+    assert (schedule.cron_schedule, schedule.default_status) == (
+        "*/15 * * * *", dg.DefaultScheduleStatus.RUNNING)
+    with dg.instance_for_test() as instance:
+        with dg.build_schedule_context(instance=instance, repository_def=repository,
+                                       scheduled_execution_time=datetime(2026, 1, 1, 0, 15, tzinfo=UTC)) as context:
+            [request] = schedule.evaluate_tick(context).run_requests
+        job = defs.resolve_job_def(schedule.job_name)
+        result = job.execute_in_process(instance=instance, tags=request.tags, run_config=QUIET_RUN_CONFIG)
+    assert result.get_asset_materialization_events() == []
+    assert {(e.asset_key.to_user_string(), e.check_name) for e in result.get_asset_check_evaluations()} == {
+        (asset, check) for asset in ("enriched_posts", "user_post_stats")
+        for check in ("offset_age", "offset_backlog")}
+    specs = [spec for checks in repository.asset_checks_defs_by_key.values() for spec in checks.check_specs]
+    assert {spec.description for spec in specs if spec.name == "offset_backlog"} == {
+        "Committed input versions beyond the offsets: WARN above 0, ERROR once a version has "
+        "waited 1800 s (control plane only)."}
 
 
 def test_production_definitions_need_every_location_and_take_them_from_the_environment(
@@ -227,6 +268,73 @@ def test_demo_story_second_run_processes_only_the_changed_posts_and_the_renamed_
     assert "EXPECTED" not in report and report.count("as expected") == 4
     assert "10 keys = 6 changed posts + 4 more posts of the renamed profile (reverse join)" in report.replace(
         "processed 10 of 32 keys", "10 keys")
+
+
+def run_checks(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[tuple[str, str], bool]:
+    result = defs.resolve_job_def("offset_checks_job").execute_in_process(
+        instance=instance, run_config=QUIET_RUN_CONFIG)
+    return {(e.asset_key.to_user_string(), e.check_name): e.passed
+            for e in result.get_asset_check_evaluations()}
+
+
+@pytest.mark.slow
+def test_edits_ingested_through_todays_window_are_processed_without_a_hand_action(
+        spark, embedded_state):
+    """`make demo`, then `make dev`: traffic at the source now, today's partition of
+    `post_updates` and `profiles` launched as any partition (no tag). Declarative
+    automation requests the transformations; running what it requests leaves no backlog,
+    and the outputs equal what the source says."""
+    ingestion = build_ingestion(source_system.source_url(), ingest_start())
+    defs = build_definitions(ingestion)
+    transformations = dg.AssetSelection.assets("enriched_posts", "user_post_stats")
+    source = source_system.source_engine()
+    source_system.seed_source(source, SMALL.users, SMALL.posts, seed=SMALL.seed,
+                              now=DemoClock(ingest_start()).seed_at)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+    with dg.instance_for_test() as instance:
+        ingest_due_ranges(defs, ingestion, instance, today, MaterializationPass(), "story")
+        defs.resolve_job_def("transformations").execute_in_process(
+            instance=instance, run_config=QUIET_RUN_CONFIG)
+        automation = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, asset_selection=transformations)
+        assert automation.total_requested == 0
+
+        traffic = source_system.generate_traffic(source, inserts=0, updates=3, deletes=1, renames=1,
+                                                 seed=SMALL.traffic_seed)
+        today_key = today.strftime("%Y-%m-%d")
+        ingested = {}
+        for name in ("post_updates", "profiles"):
+            run = defs.resolve_job_def(f"{name}_ingestion").execute_in_process(
+                instance=instance, partition_key=today_key, run_config=QUIET_RUN_CONFIG)
+            [event] = run.asset_materializations_for_node(name)
+            ingested[name] = {k: event.metadata[k].value
+                              for k in ("open_window", "rows_upserted", "rows_deleted")}
+        assert ingested == {
+            "post_updates": {"open_window": True, "rows_upserted": 3, "rows_deleted": 1},
+            "profiles": {"open_window": True, "rows_upserted": 1, "rows_deleted": 0}}
+        checks = run_checks(defs, instance)
+        assert not checks[("enriched_posts", "offset_backlog")]  # 5 versions wait
+
+        automation = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, asset_selection=transformations, cursor=automation.cursor)
+        requested = [key for key in (dg.AssetKey("enriched_posts"), dg.AssetKey("user_post_stats"))
+                     if automation.get_num_requested(key)]
+        assert requested == [dg.AssetKey("enriched_posts"), dg.AssetKey("user_post_stats")]
+        run = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=instance, asset_selection=requested, run_config=QUIET_RUN_CONFIG)
+        processed = {name: run.asset_materializations_for_node(name)[0].metadata["processed_keys"].value
+                     for name in ("enriched_posts", "user_post_stats")}
+        checks = run_checks(defs, instance)
+        again = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, asset_selection=transformations, cursor=automation.cursor)
+    renamed_posts = {pid for pid, uid, *_ in actual_rows(defs, "enriched_posts")
+                     if uid in traffic.renamed_profiles}
+    assert processed["enriched_posts"] == len(traffic.changed_posts | renamed_posts)
+    assert all(checks.values()) and len(checks) == 4  # no backlog, fresh offsets
+    assert again.total_requested == 0
+    truth_enriched, truth_stats = source_truth(source_system.source_url())
+    assert actual_rows(defs, "enriched_posts") == truth_enriched
+    assert actual_rows(defs, "user_post_stats") == truth_stats
 
 
 def test_traffic_command_changes_the_seeded_source_and_refuses_an_empty_one(embedded_state):

@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -39,9 +40,11 @@ WORKSPACE_QUERY = """
     ... on PythonError { message }
     ... on RepositoryLocation { repositories {
       assetNodes { assetKey { path } groupName partitionDefinition { type }
+                   partitionKeysByDimension { partitionKeys }
                    dependencyKeys { path } automationCondition { label }
                    assetChecksOrError { ... on AssetChecks { checks { name } } } }
-      sensors { name sensorState { status } } schedules { name } jobs { name } } } } } } } }
+      sensors { name sensorState { status } } schedules { name scheduleState { status } }
+      jobs { name } } } } } } } }
 """
 LATEST_MATERIALIZATION_QUERY = """
 { assetOrError(assetKey: {path: ["%s"]}) { ... on Asset { assetMaterializations(limit: 1) {
@@ -177,11 +180,17 @@ def test_webserver_shows_the_demo_with_lineage_typed_metadata_row_counts_and_job
     assert checks == {name: ["offset_age", "offset_backlog"]
                       for name in ("enriched_posts", "user_post_stats", "accepted_posts", "rejected_posts")}
     assert {s["name"]: s["sensorState"]["status"] for s in repository["sensors"]} == {
-        "posts_ranges_sensor": "STOPPED", "enriched_posts_inputs_changed": "STOPPED",
-        "user_post_stats_inputs_changed": "STOPPED", "moderated_posts_inputs_changed": "STOPPED",
+        "posts_ranges_sensor": "STOPPED", "enriched_posts_inputs_changed": "RUNNING",
+        "user_post_stats_inputs_changed": "RUNNING", "moderated_posts_inputs_changed": "RUNNING",
         "transformations_automation": "RUNNING"}
-    assert {s["name"] for s in repository["schedules"]} == {
-        "post_updates_schedule", "profiles_schedule", "offset_checks", "table_maintenance_hourly"}
+    assert {s["name"]: s["scheduleState"]["status"] for s in repository["schedules"]} == {
+        "post_updates_schedule": "STOPPED", "profiles_schedule": "STOPPED", "offset_checks": "RUNNING",
+        "table_maintenance_hourly": "STOPPED"}
+    # The partitions of the daily windows end with today's: it can be launched from the UI.
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    for name in ("post_updates", "profiles"):
+        [dimension] = assets[name]["partitionKeysByDimension"]
+        assert dimension["partitionKeys"][-1] == today
     assert {"transformations", "reprocess_transformations", "posts_ingestion", "post_updates_ingestion",
             "profiles_ingestion"} <= {j["name"] for j in repository["jobs"]}
 

@@ -9,6 +9,10 @@ Three jobs, each range recorded in job_log:
   so the lineage shows the path.
 - `profiles`: by daily windows of `updated_at`.
 
+The last partition of `post_updates` and `profiles` is today's window: materializing it
+ingests what the source holds so far (again at every run while the day goes on), and
+the window is ingested whole once it has closed.
+
 A soft delete at the source (`is_deleted = 1`) is ingested as `sys_op = 1`: the post
 leaves the actual state of `posts`, and the transformations delete its outputs. A row
 ingested twice (by its id range and by its window) creates one version only.

@@ -18,7 +18,8 @@ together.
 
 All run by declarative automation (`on_input_commits`): once an upstream asset has
 materialized and nothing upstream is still running. The Automation page of the UI shows
-each evaluation of the sensor `transformations_automation` (running by default).
+each evaluation of the sensor `transformations_automation` (running by default); the
+offset sensors `*_inputs_changed` (running too) take what it cannot see (`sensors.py`).
 """
 
 from pyspark.sql import DataFrame

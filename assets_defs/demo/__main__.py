@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -78,8 +79,10 @@ def demo(ctx: click.Context, users: int, posts: int, inserts: int, updates: int,
 def traffic(seed: int, inserts: int, updates: int, deletes: int, renames: int) -> None:
     """Insert, edit and soft-delete posts and rename profiles at the source, stamped now.
 
-    New posts are picked up by the posts_ranges_sensor; edits, deletes and renames by the
-    daily windows once today's has closed (or a backfill of today's partition)."""
+    New posts are picked up by the posts_ranges_sensor; edits, deletes and renames by
+    today's window of post_updates and profiles: materialize its partition (today's date)
+    now, or let the schedules ingest it once it has closed. Automation then runs the
+    transformations."""
     engine = source_system.source_engine()
     with engine.connect() as conn:
         live = conn.execute(source_system.posts.select().limit(1)).first()
@@ -91,6 +94,9 @@ def traffic(seed: int, inserts: int, updates: int, deletes: int, renames: int) -
     click.echo(f"  updated posts  {burst.updated_posts}")
     click.echo(f"  deleted posts  {burst.deleted_posts}")
     click.echo(f"  renamed users  {burst.renamed_profiles}")
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    click.echo(f"ingest them: partition {today} of post_updates and profiles (Materialize on the "
+               "asset page), new posts by posts_ranges_sensor; automation runs the transformations")
 
 
 if __name__ == "__main__":

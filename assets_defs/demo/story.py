@@ -224,7 +224,9 @@ def _execute(defs: dg.Definitions, instance: dg.DagsterInstance, job_name: str,
 
 
 def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
-    [event] = result.asset_materializations_for_node(asset)
+    """What the run reported for `asset`: its materialization, or its observation when the
+    run changed no output row (nothing to do, or every processed key left its row as it was)."""
+    [event] = result.asset_materializations_for_node(asset) or result.asset_observations_for_node(asset)
     return {name: value.value for name, value in event.metadata.items()}
 
 

@@ -10,7 +10,10 @@ own (`schedules.build_offset_checks_schedule`):
   input stopped changing; the backlog check tells which.
 - `offset_backlog`: per input, the committed deltas (and the versions they hold) beyond
   the offset, from the delta catalog: work the transformation has not done yet. WARN
-  above `max_backlog_versions` (0), ERROR above `error_backlog_versions` when given.
+  above `max_backlog_versions` (0), ERROR above `error_backlog_versions` when given, and
+  ERROR once the oldest of those commits is `error_backlog_age_s` old when given: a
+  backlog that nothing picked up (automation off, runs failing) turns the asset red.
+  A backlog shows only when the check runs, so schedule the checks on their own.
 
 An input without an offset is fine while it has no committed data, and counts as
 all-backlog (and a WARN in `offset_age`) once it has.
@@ -44,6 +47,7 @@ def build_offset_checks(
     error_after_s: float = DEFAULT_ERROR_AFTER_S,
     max_backlog_versions: int = 0,
     error_backlog_versions: int | None = None,
+    error_backlog_age_s: float | None = None,
 ) -> list[dg.AssetChecksDefinition]:
     """The `offset_age` and `offset_backlog` checks of every incremental asset given
     (assets without an incremental spec are skipped). They need the `OffsetStore`
@@ -61,7 +65,8 @@ def build_offset_checks(
             if asset is None:
                 continue
             checks.append(_age_check(asset, warn_after_s, error_after_s))
-            checks.append(_backlog_check(asset, max_backlog_versions, error_backlog_versions))
+            checks.append(_backlog_check(asset, max_backlog_versions, error_backlog_versions,
+                                         error_backlog_age_s))
     return checks
 
 
@@ -81,9 +86,11 @@ def _age_check(asset: IncrementalAsset, warn_after_s: float,
     return _check
 
 
-def _backlog_check(asset: IncrementalAsset, max_versions: int,
-                   error_versions: int | None) -> dg.AssetChecksDefinition:
+def _backlog_check(asset: IncrementalAsset, max_versions: int, error_versions: int | None,
+                   error_age_s: float | None) -> dg.AssetChecksDefinition:
     limit = f", ERROR above {error_versions}" if error_versions is not None else ""
+    if error_age_s is not None:
+        limit += f", ERROR once a version has waited {error_age_s:g} s"
     @dg.asset_check(
         asset=asset.asset_key,
         name=BACKLOG_CHECK,
@@ -93,7 +100,8 @@ def _backlog_check(asset: IncrementalAsset, max_versions: int,
         ),
     )
     def _check(offset_store: OffsetStore) -> dg.AssetCheckResult:
-        return backlog_result(offset_store.control_plane(), asset, max_versions, error_versions)
+        return backlog_result(offset_store.control_plane(), asset, max_versions, error_versions,
+                              error_age_s)
 
     return _check
 
@@ -136,12 +144,16 @@ def offset_age_result(plane: ControlPlane, asset: IncrementalAsset, warn_after_s
 
 
 def backlog_result(plane: ControlPlane, asset: IncrementalAsset, max_versions: int,
-                   error_versions: int | None) -> dg.AssetCheckResult:
-    """The `offset_backlog` verdict: committed versions not yet covered by the offsets."""
+                   error_versions: int | None, error_age_s: float | None = None,
+                   now: float | None = None) -> dg.AssetCheckResult:
+    """The `offset_backlog` verdict: committed versions not yet covered by the offsets,
+    and how long the oldest of them has waited (`backlog_age_s`)."""
+    now = time.time() if now is None else now
     offsets = OffsetRepository(plane).get_offsets_for_transformation(asset.transformation_id)
     catalog = DeltaCatalog(plane)
     metadata: dict[str, dg.MetadataValue] = {}
     total = 0
+    oldest: float | None = None
     for name in asset.input_tables:
         offset = offsets.get(name)
         beyond = [
@@ -150,15 +162,25 @@ def backlog_result(plane: ControlPlane, asset: IncrementalAsset, max_versions: i
         ]
         versions = sum((d.rows_upserted or 0) + (d.rows_deleted or 0) for d in beyond)
         total += versions
+        if beyond:
+            first = min(d.commit_ts for d in beyond)
+            oldest = first if oldest is None else min(oldest, first)
         metadata[f"backlog_deltas.{name}"] = dg.MetadataValue.int(len(beyond))
         metadata[f"backlog_versions.{name}"] = dg.MetadataValue.int(versions)
     metadata["backlog_versions"] = dg.MetadataValue.int(total)
+    age = max(0.0, now - oldest) if oldest is not None else 0.0
+    metadata["backlog_age_s"] = dg.MetadataValue.float(round(age, 1))
     severity = None
-    if error_versions is not None and total > error_versions:
+    stuck = error_age_s is not None and total > 0 and age >= error_age_s
+    if stuck or (error_versions is not None and total > error_versions):
         severity = dg.AssetCheckSeverity.ERROR
     elif total > max_versions:
         severity = dg.AssetCheckSeverity.WARN
-    problems = [f"{total} committed input version(s) beyond the offsets"] if severity else []
+    problems = []
+    if severity:
+        problems.append(f"{total} committed input version(s) beyond the offsets")
+    if stuck:
+        problems.append(f"the oldest waiting {age:.0f} s (error from {error_age_s:g} s)")
     return _verdict(severity, problems, metadata, "no input versions beyond the offsets")
 
 

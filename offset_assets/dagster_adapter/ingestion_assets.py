@@ -6,14 +6,20 @@ for its range under the Dagster run id: the range's rows and its job_log SUCCESS
 commit together. Which run it is:
 - the next range of the job (pointer, or the failed range to retry): a plain run;
   a later range fails with "waits for earlier range ..." (ranges run in order);
+- the current time window, not ended yet (today's, for daily windows): what the source
+  holds so far, re-ingested at every run while the window grows; the window stays due
+  and is ingested again, whole, once it has closed;
 - a range already ingested, a backfill (tag `dagster/backfill`) or a run tagged
   `offset_assets/refresh`: a refresh, re-ingesting the range without moving the pointer
   past a gap; rows that did not change create no version.
 
-Time-window jobs get `TimeWindowPartitionsDefinition`s (a schedule from
-`build_ingestion_schedule` runs each window as it closes); id, Kafka and upstream jobs
-get dynamic partitions, added by `build_ingestion_sensor`, which plans the next ranges
-from job_log and requests a run for the first one.
+Time-window jobs get `TimeWindowPartitionsDefinition`s whose last partition is the
+current window (`end_offset=1`): a partition Dagster does not list cannot be launched
+from the UI, and a materialization of a key outside the partitions definition is
+dropped by declarative automation (it never counts as an update of the asset). A
+schedule from `build_ingestion_schedule` runs each window as it closes. Id, Kafka and
+upstream jobs get dynamic partitions, added by `build_ingestion_sensor`, which plans the
+next ranges from job_log and requests a run for the first one.
 
 Like `incremental_asset`, the body takes its Spark session, control plane and
 warehouse from the typed `IncrementalEngineResource` (resource key
@@ -47,15 +53,22 @@ from offset_assets.dagster_adapter.partitions import (
     time_window_partitions,
 )
 from offset_assets.errors import OffsetAssetsError
-from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, RangeResult, plan_ranges
+from offset_assets.ranges.ingestion import (
+    IngestionJob,
+    RangeIngestion,
+    RangeResult,
+    is_open_window,
+    plan_ranges,
+)
 from offset_assets.ranges.planners import DataRange, RangeKind, TimeWindowPlanner, parse_time
 
 REFRESH_TAG = "offset_assets/refresh"
 _FALSE_VALUES = frozenset({"false", "0", "no", "off", ""})
 
 
-def ingestion_partitions(job: IngestionJob, end_offset: int = 0) -> dg.PartitionsDefinition:
-    """Time windows for a time-window job, else dynamic partitions named after the job."""
+def ingestion_partitions(job: IngestionJob, end_offset: int = 1) -> dg.PartitionsDefinition:
+    """Time windows for a time-window job (with `end_offset=1`, the last one is the current
+    window), else dynamic partitions named after the job."""
     if isinstance(job.planner, TimeWindowPlanner):
         return time_window_partitions(job.planner, end_offset=end_offset)
     return dg.DynamicPartitionsDefinition(name=f"{job.name}_ranges")
@@ -82,7 +95,7 @@ def ingestion_asset(
     *,
     key_prefix: str | list[str] | None = None,
     io_manager_key: str = "io_manager",
-    end_offset: int = 0,
+    end_offset: int = 1,
     metadata: Mapping[str, Any] | None = None,
     feeds: dg.AssetKey | str | None = None,
     **asset_kwargs: Any,
@@ -97,6 +110,11 @@ def ingestion_asset(
     arguments (group_name, description, owners, tags, deps, retry_policy, ...) go to
     `dg.asset`. The body runs on the `IncrementalEngineResource` under the resource key
     `incremental_engine`.
+
+    `end_offset` (time windows only): how many windows past the last closed one are
+    partitions. The default 1 lists the current window, so that what arrived today can
+    be ingested from the UI (as it grows; see the module docstring); 0 lists closed
+    windows only.
     """
     asset_key = dg.AssetKey([*_as_list(key_prefix), job.name])
     read_as = dg.AssetKey.from_coercible(feeds) if feeds is not None else asset_key
@@ -140,8 +158,7 @@ def ingestion_asset(
         results: list[tuple[str, RangeResult]] = []
         for key in _partition_keys(context):
             data_range = _range_to_run(ingestion.log, job, partitions_def, key, context.run.tags)
-            context.log.info(f"{job.name}: ingesting range {key} "
-                             f"({'refresh' if data_range.refresh else 'in order'})")
+            context.log.info(f"{job.name}: ingesting range {key} ({_how(data_range)})")
             try:
                 result = ingestion.run_range(data_range, run_id=context.run_id,
                                              runtime_args={"partition_key": key})
@@ -165,6 +182,12 @@ def _partition_keys(context: dg.AssetExecutionContext) -> list[str]:
     # A single-run backfill passes a key range: its ranges run in order, in one run.
     return list(context.partition_keys) if context.has_partition_key_range else [
         context.partition_key]
+
+
+def _how(data_range: DataRange) -> str:
+    if is_open_window(data_range, datetime.now(UTC)):
+        return "open window: what the source holds so far; ingested again once it has closed"
+    return "refresh" if data_range.refresh else "in order"
 
 
 def _range_to_run(log: JobLog, job: IngestionJob, partitions_def: dg.PartitionsDefinition,
@@ -207,6 +230,7 @@ def _metadata(results: list[tuple[str, RangeResult]], row_count: int | None) -> 
             "data_range_start": range_bound_text(kind, result.data_range.start),
             "data_range_end": range_bound_text(kind, result.data_range.end),
             "refresh": dg.MetadataValue.bool(result.data_range.refresh),
+            "open_window": dg.MetadataValue.bool(result.open_window),
             "rows_read": dg.MetadataValue.int(result.rows_read),
             "rows_upserted": dg.MetadataValue.int(result.rows_upserted),
             "rows_deleted": dg.MetadataValue.int(result.rows_deleted),
@@ -329,13 +353,36 @@ def build_ingestion_schedule(
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
 ) -> dg.ScheduleDefinition:
     """A schedule materializing each time window of a time-window ingestion asset once
-    it has closed (the cadence is the planner's period)."""
-    if not isinstance(assets_def.partitions_def, dg.TimeWindowPartitionsDefinition):
+    it has closed (the cadence is the planner's period).
+
+    Not `build_schedule_from_partitioned_job`: that one runs the last partition at each
+    tick, which is the window just opened when the current window is a partition too."""
+    partitions_def = assets_def.partitions_def
+    if not isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
         raise dg.DagsterInvalidDefinitionError(
             f"asset {assets_def.key.to_user_string()} is not time-window partitioned "
             "(dynamic ranges are launched by build_ingestion_sensor)"
         )
-    return dg.build_schedule_from_partitioned_job(
-        ingestion_job(assets_def), name=name or f"{assets_def.key.to_python_identifier()}_schedule",
+
+    @dg.schedule(
+        name=name or f"{assets_def.key.to_python_identifier()}_schedule",
+        job=ingestion_job(assets_def),
+        cron_schedule=partitions_def.get_cron_schedule(),
+        execution_timezone=partitions_def.timezone,
         default_status=default_status,
+        description=f"Ingests each window of {assets_def.key.to_user_string()} once it has closed.",
     )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        return closed_window_request(partitions_def,
+                                     context.scheduled_execution_time or datetime.now(UTC))
+
+    return _schedule
+
+
+def closed_window_request(partitions_def: dg.TimeWindowPartitionsDefinition,
+                          tick: datetime) -> dg.RunRequest | dg.SkipReason:
+    """A run of the window that ended at `tick` (keyed by the partition, so once only)."""
+    key = partitions_def.get_partition_key_for_timestamp(tick.timestamp(), end_closed=True)
+    if partitions_def.time_window_for_partition_key(key).start < partitions_def.start:
+        return dg.SkipReason(f"no window has closed by {tick.isoformat()}")
+    return dg.RunRequest(run_key=key, partition_key=key)

@@ -3,7 +3,9 @@
 An incremental run with nothing new is cheap (the changed index is empty), so a plain
 cron cadence is a sound default beside, or instead of, the offset sensor. The checks
 schedule evaluates `offset_age` / `offset_backlog` without materializing anything, so
-a transformation that stopped running still gets its age checked.
+a transformation that stopped running still gets its age and backlog checked: the
+checks otherwise run only with a materialization, and a backlog that no run picks up
+would never be looked at.
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ are both committed or neither is: a crash anywhere before leaves the range RUNNI
 
 Rows equal to the table's actual state create no version (versioned-table rule), so a
 re-run or refresh of a range that changed nothing at the source commits no delta.
+
+A time window that has not ended yet (today's, for daily windows) can be ingested too:
+always as a refresh, and its job_log row records end = start, the mark of a range that
+holds nothing. Its rows are committed, but the pointer does not move past the window,
+and once the window has closed the planner runs it again, whole: rows that changed after
+the early run are ingested then, the others create no version.
 """
 
 from __future__ import annotations
@@ -42,8 +48,10 @@ from offset_assets.ranges.planners import (
     KafkaOffsetPlanner,
     PlanInputs,
     Planner,
+    RangeKind,
     TimeWindowPlanner,
     UpstreamPlanner,
+    parse_time,
 )
 from offset_assets.ranges.sources import RangeSource, SourceBatch
 from offset_assets.versioned.commit import commit_deltas
@@ -93,7 +101,7 @@ class RangeResult:
 
     job_id: int
     attempt: int
-    data_range: DataRange  # end: the end actually reached, as written to job_log
+    data_range: DataRange  # end: the end actually reached (job_log's, except for an open window)
     rows_read: int
     rows_upserted: int
     rows_deleted: int
@@ -101,6 +109,7 @@ class RangeResult:
     delta_num: int | None  # None: nothing changed, no delta committed
     commit_ts: float | None
     took_over_run_id: str | None = None
+    open_window: bool = False  # ingested before its end: job_log holds end = start
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -117,6 +126,7 @@ class RangeResult:
             "delta_num": self.delta_num,
             "commit_ts": self.commit_ts,
             "took_over_run_id": self.took_over_run_id,
+            "open_window": self.open_window,
         }
 
 
@@ -197,8 +207,14 @@ class RangeIngestion:
         now: datetime | None = None,
         runtime_args: dict[str, Any] | None = None,
     ) -> RangeResult:
-        """Claim, read, write and commit one range; raises on failure (range logged FAILURE)."""
+        """Claim, read, write and commit one range; raises on failure (range logged FAILURE).
+
+        A time window that has not ended at `now` (default: the current time) runs as a
+        refresh that leaves the window due (see the module docstring)."""
         run_id = run_id or f"local-{uuid.uuid4().hex}"
+        window_open = is_open_window(data_range, now or datetime.now(UTC))
+        if window_open:
+            data_range = replace(data_range, refresh=True)
         pending = [] if data_range.refresh else self.plan(now)
         if pending and pending[0].start == data_range.start and pending[0].refresh:
             data_range = replace(data_range, refresh=True)  # due again: an empty or upstream re-run
@@ -207,7 +223,8 @@ class RangeIngestion:
             policy=self.job.claim_policy, workflow_name=self.job.workflow_name,
             period=getattr(self.job.planner, "period_minutes", None),
             load_type=self.job.load_type,
-            runtime_args={**(runtime_args or {}), "refresh": data_range.refresh},
+            runtime_args={**(runtime_args or {}), "refresh": data_range.refresh,
+                          **({"open_window": True} if window_open else {})},
         )
         steps = _Steps(self._clock, self.job.source.source_type)
         hot: HotDelta | None = None
@@ -234,9 +251,11 @@ class RangeIngestion:
                                        "rows_unchanged": stats.rows_unchanged}),
                 )
                 end = batch.end if batch.end is not None else data_range.end
+                # An open window holds nothing yet: end = start keeps it due until it closes.
+                logged_end = data_range.start if window_open else end
 
                 def on_commit(conn: Connection, commit_ts: float) -> None:
-                    self.log.mark_success(claim.job_id, end, conn=conn, run_id=run_id)
+                    self.log.mark_success(claim.job_id, logged_end, conn=conn, run_id=run_id)
                     for step in steps.done:
                         self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
 
@@ -262,7 +281,7 @@ class RangeIngestion:
         return RangeResult(
             claim.job_id, claim.attempt, replace(data_range, end=end), rows_read,
             stats.rows_upserted, stats.rows_deleted, stats.rows_unchanged, delta_num, commit_ts,
-            claim.previous_run_id if claim.took_over else None,
+            claim.previous_run_id if claim.took_over else None, window_open,
         )
 
     def _shape(self, batch: SourceBatch) -> DataFrame:
@@ -286,6 +305,15 @@ class RangeIngestion:
             if self.log.mark_failure(claim.job_id, error, conn=conn, run_id=claim.run_id):
                 for step in steps.failed(error):
                     self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
+
+
+def is_open_window(data_range: DataRange, now: datetime) -> bool:
+    """Whether `data_range` is a time window that has not ended at `now`: rows can still
+    arrive in it, so ingesting it cannot complete it."""
+    if data_range.kind != RangeKind.TIME_WINDOW or data_range.end is None:
+        return False
+    moment = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now
+    return parse_time(data_range.end) > moment
 
 
 def plan_inputs(job: IngestionJob, log: JobLog, now: datetime | None = None) -> PlanInputs:

@@ -117,7 +117,8 @@ def _pending(candidates: Iterable[DataRange], history: Iterable[LoggedRange]) ->
         if row is not None and row.status == SUCCESS:
             if row.data_range_end != row.data_range_start:
                 continue  # refreshed ahead of the pointer: already ingested
-            # An empty range (nothing was there yet) does not hold the range: run it again.
+            # end = start holds nothing (an empty id range, a window ingested while still
+            # open): run it again.
             candidate = replace(candidate, refresh=True)
         pending.append(replace(candidate, previous_status=row.status if row is not None else None))
     return pending
