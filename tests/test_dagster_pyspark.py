@@ -122,7 +122,7 @@ def test_offset_checks_and_a_sensor_in_a_fresh_process_start_no_spark(tmp_path):
                                               "DAGSTER_HOME": str(tmp_path / "dagster_home")})
     assert child.returncode == 0, child.stderr[-3000:]
     assert json.loads(child.stdout.strip().splitlines()[-1]) == {
-        "provider": "LazyPySparkResource", "checks": 4, "sensor": "SkipReason",
+        "provider": "LazyPySparkResource", "checks": 8, "sensor": "SkipReason",
         "active_session": False, "jvm": False}
 
 

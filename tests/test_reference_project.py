@@ -40,6 +40,9 @@ from offset_assets.control_plane.job_log import JobLog
 
 SMALL = DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1)
 
+# The reference project's transformed assets (moderated_posts writes the last two together).
+TRANSFORMED_ASSETS = ("enriched_posts", "user_post_stats", "accepted_posts", "rejected_posts")
+
 
 @pytest.fixture
 def embedded_state(tmp_path, monkeypatch):
@@ -71,7 +74,8 @@ def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedde
     # transformations (automation, the offset sensors), and a backlog is checked on its own.
     assert {s.name for s in repository.sensor_defs
             if s.default_status == dg.DefaultSensorStatus.RUNNING} == {
-        "transformations_automation", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed"}
+        "transformations_automation", "enriched_posts_inputs_changed", "user_post_stats_inputs_changed",
+        "moderated_posts_inputs_changed"}
     assert {s.name for s in repository.schedule_defs
             if s.default_status == dg.DefaultScheduleStatus.RUNNING} == {"offset_checks"}
     reprocess = repository.get_job("reprocess_transformations")
@@ -122,8 +126,7 @@ def test_the_backlog_check_runs_on_a_schedule_of_its_own_from_the_start(embedded
         result = job.execute_in_process(instance=instance, tags=request.tags, run_config=QUIET_RUN_CONFIG)
     assert result.get_asset_materialization_events() == []
     assert {(e.asset_key.to_user_string(), e.check_name) for e in result.get_asset_check_evaluations()} == {
-        (asset, check) for asset in ("enriched_posts", "user_post_stats")
-        for check in ("offset_age", "offset_backlog")}
+        (asset, check) for asset in TRANSFORMED_ASSETS for check in ("offset_age", "offset_backlog")}
     specs = [spec for checks in repository.asset_checks_defs_by_key.values() for spec in checks.check_specs]
     assert {spec.description for spec in specs if spec.name == "offset_backlog"} == {
         "Committed input versions beyond the offsets: WARN above 0, ERROR once a version has "
@@ -286,7 +289,7 @@ def test_edits_ingested_through_todays_window_are_processed_without_a_hand_actio
     and the outputs equal what the source says."""
     ingestion = build_ingestion(source_system.source_url(), ingest_start())
     defs = build_definitions(ingestion)
-    transformations = dg.AssetSelection.assets("enriched_posts", "user_post_stats")
+    transformations = dg.AssetSelection.assets(*TRANSFORMED_ASSETS)
     source = source_system.source_engine()
     source_system.seed_source(source, SMALL.users, SMALL.posts, seed=SMALL.seed,
                               now=DemoClock(ingest_start()).seed_at)
@@ -317,9 +320,9 @@ def test_edits_ingested_through_todays_window_are_processed_without_a_hand_actio
 
         automation = dg.evaluate_automation_conditions(
             defs=defs, instance=instance, asset_selection=transformations, cursor=automation.cursor)
-        requested = [key for key in (dg.AssetKey("enriched_posts"), dg.AssetKey("user_post_stats"))
-                     if automation.get_num_requested(key)]
-        assert requested == [dg.AssetKey("enriched_posts"), dg.AssetKey("user_post_stats")]
+        every = [dg.AssetKey(name) for name in TRANSFORMED_ASSETS]
+        requested = [key for key in every if automation.get_num_requested(key)]
+        assert requested == every
         run = defs.resolve_implicit_global_asset_job_def().execute_in_process(
             instance=instance, asset_selection=requested, run_config=QUIET_RUN_CONFIG)
         processed = {name: run.asset_materializations_for_node(name)[0].metadata["processed_keys"].value
@@ -330,9 +333,9 @@ def test_edits_ingested_through_todays_window_are_processed_without_a_hand_actio
     renamed_posts = {pid for pid, uid, *_ in actual_rows(defs, "enriched_posts")
                      if uid in traffic.renamed_profiles}
     assert processed["enriched_posts"] == len(traffic.changed_posts | renamed_posts)
-    assert all(checks.values()) and len(checks) == 4  # no backlog, fresh offsets
+    assert all(checks.values()) and len(checks) == 8  # no backlog, fresh offsets
     assert again.total_requested == 0
-    truth_enriched, truth_stats = source_truth(source_system.source_url())
+    truth_enriched, truth_stats, _ = source_truth(source_system.source_url())
     assert actual_rows(defs, "enriched_posts") == truth_enriched
     assert actual_rows(defs, "user_post_stats") == truth_stats
 
