@@ -1,5 +1,5 @@
 """Schema upgrades keep the data: a control plane created at the first revision (offsets
-as the seeds define them, without `updated_at`) is brought to head without losing an
+as first released, without `updated_at`) is brought to head without losing an
 offset, on SQLite and PostgreSQL."""
 
 from __future__ import annotations

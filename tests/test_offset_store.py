@@ -79,7 +79,7 @@ def test_offsets_keep_full_double_precision(offsets):
 
 def test_an_offset_never_decreases_and_the_larger_value_wins_per_key(offsets):
     offsets.update_offsets_bulk({("t", "a"): 200.0, ("t", "b"): 100.0})
-    # Out-of-order commit (seed 002: run 1 finishing after run 2): a lower, a higher.
+    # Out-of-order commit (run 1 finishing after run 2): a lower, a higher.
     offsets.update_offsets_bulk({("t", "a"): 150.0, ("t", "b"): 300.0})
     assert offsets.get_offsets_for_transformation("t") == {"a": 200.0, "b": 300.0}
     offsets.update_offsets_bulk({("t", "a"): 200.0})

@@ -1,4 +1,4 @@
-"""Every read of a versioned table against a plain Python model of seed 003, over
+"""Every read of a versioned table against a plain Python model of versioned tables, over
 histories of upserts and deletes, before and after compaction."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ INPUT = StructType([*SCHEMA.fields, StructField("sys_op", LongType())])
 VERSION = ["id", "v", "sys_from", "sys_to", "sys_op"]
 
 
-class Seed003Model:
-    """Versions of each key as seed 003 defines them, in plain Python."""
+class VersionsModel:
+    """Versions of each key (hot, actual, archive; deltas and tombstones), in plain Python."""
 
     def __init__(self) -> None:
         self.versions: list[tuple[int, str | None, int, int]] = []  # (id, v, sys_from, sys_op)
@@ -73,7 +73,7 @@ def collect_many(frames: dict[str, DataFrame], commit_ts: dict[int, float]) -> d
 
 
 def write_history(
-    spark, table: VersionedTable, model: Seed003Model, deltas: list[list[tuple]], compact_after: set[int] = frozenset()
+    spark, table: VersionedTable, model: VersionsModel, deltas: list[list[tuple]], compact_after: set[int] = frozenset()
 ) -> dict[int, float]:
     commit_ts = {}
     for rows in deltas:
@@ -86,7 +86,7 @@ def write_history(
     return commit_ts
 
 
-def check_all_reads(table: VersionedTable, model: Seed003Model, commit_ts: dict[int, float]) -> None:
+def check_all_reads(table: VersionedTable, model: VersionsModel, commit_ts: dict[int, float]) -> None:
     last = max(commit_ts)
     expected: dict[str, list] = {}
     frames: dict[str, DataFrame] = {}
@@ -129,8 +129,8 @@ def table(spark, sqlite_url, warehouse) -> VersionedTable:
     return VersionedTable(spark, connect(sqlite_url), "events", ["id"], SCHEMA, warehouse=warehouse)
 
 
-def test_every_read_matches_the_seed_003_model_before_and_after_compaction(spark, table):
-    model = Seed003Model()
+def test_every_read_matches_the_plain_python_model_before_and_after_compaction(spark, table):
+    model = VersionsModel()
     commit_ts = write_history(spark, table, model, random_history(seed=3, deltas=6), {3})
     check_all_reads(table, model, commit_ts)
 
@@ -158,7 +158,7 @@ def test_property_actual_and_history_reads_match_the_model(spark, shared_plane, 
     plane, warehouse = shared_plane
     name = f"prop_{uuid.uuid4().hex[:8]}"
     table = VersionedTable(spark, plane, name, ["id"], SCHEMA, warehouse=warehouse)
-    model = Seed003Model()
+    model = VersionsModel()
     commit_ts = write_history(spark, table, model, history)
     last = max(commit_ts)
     frames = {f"actual@{n}": table.read_actual(as_of_delta=n) for n in range(last + 1)}

@@ -1,4 +1,4 @@
-"""Seed 003 semantics of a versioned table: hot, actual and archive records, deletes,
+"""The semantics of a versioned table: hot, actual and archive records, deletes,
 unchanged rows, duplicates and conflicting states within one delta."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def versions(df) -> list[tuple]:
 
 
 @pytest.mark.quick
-def test_seed_003_store_example_category_change_archives_the_previous_state(spark, stores):
+def test_a_stores_category_change_archives_the_previous_state(spark, stores):
     stores.write_delta(rows(spark, [(1, "ул. Старая, 9", "basic")]))
     address_changed = stores.write_delta(rows(spark, [(1, "ул. Новая, 11", "basic")]))
 

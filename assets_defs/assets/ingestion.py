@@ -1,4 +1,4 @@
-"""Log-driven ingestion of the source system into versioned tables (seed 004).
+"""Log-driven ingestion of the source system into versioned tables.
 
 Three jobs, each range recorded in job_log:
 - `posts`: new posts by auto-increment id ranges (id, max id]. Dynamic partitions

@@ -1,4 +1,4 @@
-"""`offset-assets init-offsets`: switch an existing transformation to offsets (seed 000)."""
+"""`offset-assets init-offsets`: switch an existing transformation to offsets."""
 
 from __future__ import annotations
 

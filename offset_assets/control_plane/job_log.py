@@ -1,4 +1,4 @@
-"""`job_log` and `step_log`: every data range an ingestion runs, and its steps (seed 004).
+"""`job_log` and `step_log`: every data range an ingestion runs, and its steps.
 
 One row per (job_name, data_range_start). Claiming a range is atomic on both backends:
 - a new range is claimed by inserting its row; the unique constraint lets exactly one

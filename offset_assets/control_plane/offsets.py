@@ -8,7 +8,7 @@ cannot lower it. `reset_offset` (deleting the row) is the only way down.
 `updated_at` is the time the offset last *moved*: it is set when the row is created
 and when a write raises the value, and kept when a write brings an equal or smaller
 value. `offset_age_seconds = now - updated_at` therefore answers "how long since this
-input's offset advanced" (seed 002, section 7): a steady age means regular progress, a
+input's offset advanced": a steady age means regular progress, a
 growing one that the transformation stopped running or its input stopped changing.
 """
 

@@ -10,7 +10,7 @@ plane lists as holding failures), and so are the keys a pending reprocess reques
 covers. A changed row of a reference table marks the
 primary records pointing at it (reverse join).
 
-v1 runs the same comparison over the whole history without offsets (seed 002's full
+v1 runs the same comparison over the whole history without offsets (the full
 comparison); it exists to verify v2 and to measure against it, and must return the same
 keys.
 """

@@ -1,4 +1,4 @@
-"""Initialising offsets from existing transform meta (seed 000): switch a transformation
+"""Initialising offsets from existing transform meta: switch a transformation
 that ran without offsets to offsets, without redoing its work."""
 
 from __future__ import annotations

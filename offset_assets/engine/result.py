@@ -1,4 +1,4 @@
-"""What a run did: the ChangeList of the seeds grown into a report."""
+"""What a run did: a ChangeList (processed keys, offsets per input) grown into a report."""
 
 from __future__ import annotations
 

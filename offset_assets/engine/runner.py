@@ -114,7 +114,7 @@ class IncrementalEngine:
         return ReprocessRequests(self.plane).request(transformation.transformation_id)
 
     def initialize_offsets_from_transform_meta(self, transformation: Transformation) -> dict[str, float]:
-        """Seed 000: switch an existing transformation to offsets without redoing its work."""
+        """Switch an existing transformation to offsets without redoing its work."""
         return offset_init.initialize_offsets_from_transform_meta(self, transformation)
 
 

@@ -1,4 +1,4 @@
-"""Layer 4: log-driven ingestion (seed 004). Data ranges are planned from job_log
+"""Layer 4: log-driven ingestion. Data ranges are planned from job_log
 (`planners.py`, pure), claimed atomically (`claims.py`), read from a source
 (`sources.py`, `kafka.py`) and committed into a versioned table together with their
 job_log SUCCESS (`ingestion.py`). Names are resolved lazily: planning needs no Spark."""

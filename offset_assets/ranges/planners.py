@@ -1,6 +1,6 @@
 """Which data ranges an ingestion job runs next: pure functions of its job_log history.
 
-The four log-driven types of seed 004, with one pointer rule shared by all of them:
+The four log-driven range types, with one pointer rule shared by all of them:
 the pointer is where the contiguous chain of successful ranges, walked from
 `default_start`, ends. A successful range beyond a gap (an explicit refresh of a later
 range) does not move the pointer; when the gap is filled the chain walks through it.
@@ -308,7 +308,7 @@ class UpstreamPlanner:
 
     Consumed means: this job has a SUCCESS row for the same start that began after the
     upstream row last finished. So when the upstream re-ingests (refreshes) a range,
-    this job follows and re-runs it, as seed 004 describes for ODS -> DWD.
+    this job follows and re-runs it, as a layered warehouse chains its layers (ODS -> DWD).
     """
 
     upstream_job: str

@@ -1,4 +1,4 @@
-"""Layer 2: versioned tables on Spark (seed 003): hot, actual and archive records kept
+"""Layer 2: versioned tables on Spark: hot, actual and archive records kept
 as numbered, immutable deltas of Parquet files, made visible by the delta catalog."""
 
 from offset_assets.versioned.commit import commit_deltas

@@ -1,4 +1,4 @@
-"""A versioned table (seed 003): every state of each key, kept as numbered deltas.
+"""A versioned table: every state of each key, kept as numbered deltas.
 
 Writers open the table's one hot delta, write Spark DataFrames into it and commit (the
 delta becomes visible atomically, numbered last committed + 1) or roll back. Readers

@@ -1,4 +1,4 @@
-"""transform_input_offset as the seeds define it
+"""transform_input_offset as first released
 
 Revision ID: 0001
 Revises:

@@ -1,4 +1,4 @@
-"""job_log and step_log: log-driven data ranges (seed 004)
+"""job_log and step_log: log-driven data ranges
 
 Revision ID: 0003
 Revises: 0002
