@@ -76,6 +76,19 @@ def test_commit_records_timestamp_counts_and_makes_delta_the_last_committed(cata
     assert catalog.last_commit_ts() == ts
 
 
+def test_committed_beyond_an_offset_excludes_the_offsets_own_delta_and_empty_deltas(catalog):
+    commits = {}
+    for num, (upserted, deleted) in enumerate([(3, 0), (0, 0), (1, 1), (2, 0)], start=1):
+        _open(catalog)
+        commits[num] = catalog.commit([("orders", num, upserted, deleted)])
+
+    assert [d.delta_num for d in catalog.committed_beyond("orders", None)] == [1, 3, 4]
+    assert [d.delta_num for d in catalog.committed_beyond("orders", commits[1])] == [3, 4]
+    assert [d.delta_num for d in catalog.committed_beyond("orders", commits[3])] == [4]
+    assert catalog.committed_beyond("orders", commits[4]) == []
+    assert catalog.committed_beyond("customers", None) == []
+
+
 def test_commit_of_several_tables_is_one_timestamp(catalog):
     _open(catalog, "orders")
     _open(catalog, "customers")

@@ -353,6 +353,14 @@ class DeltaCatalog:
         with self.plane.begin() as conn:
             return [_delta_info(row) for row in conn.execute(query.order_by(table_delta.c.delta_num))]
 
+    def committed_beyond(self, table_name: str, offset: float | None) -> list[DeltaInfo]:
+        """The non-empty committed deltas beyond `offset` (commit_ts > offset; every one
+        when None): what a transformation whose offset this is has not processed yet. The
+        boundary is exclusive here, unlike a run's read (`committed`, inclusive): an offset
+        is the commit_ts of a delta the run read whole."""
+        return [d for d in self.committed(table_name, since_ts=offset)
+                if not d.is_empty and (offset is None or d.commit_ts > offset)]
+
     def deltas(self, table_name: str, limit: int | None = None) -> list[DeltaInfo]:
         """All deltas of a table, hot included, newest first (the CLI listing)."""
         query = (

@@ -156,10 +156,7 @@ def backlog_result(plane: ControlPlane, asset: IncrementalAsset, max_versions: i
     oldest: float | None = None
     for name in asset.input_tables:
         offset = offsets.get(name)
-        beyond = [
-            d for d in catalog.committed(name, since_ts=offset)
-            if not d.is_empty and (offset is None or d.commit_ts > offset)
-        ]
+        beyond = catalog.committed_beyond(name, offset)
         versions = sum((d.rows_upserted or 0) + (d.rows_deleted or 0) for d in beyond)
         total += versions
         if beyond:
@@ -197,8 +194,7 @@ def offset_lag_seconds(plane: ControlPlane, transformation_id: str,
         if offset is None:
             lags[name] = None
             continue
-        beyond = [d.commit_ts for d in catalog.committed(name, since_ts=offset)
-                  if not d.is_empty and d.commit_ts > offset]
+        beyond = [d.commit_ts for d in catalog.committed_beyond(name, offset)]
         lags[name] = max(beyond) - offset if beyond else 0.0
     return lags
 

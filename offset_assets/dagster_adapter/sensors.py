@@ -55,10 +55,7 @@ def new_input_commits(plane: ControlPlane, transformation_id: str, input_tables:
     for name in input_tables:
         floors = [v for v in (offsets.get(name), seen.get(name)) if v is not None]
         floor = max(floors) if floors else None
-        deltas = [
-            d for d in catalog.committed(name, since_ts=floor)
-            if not d.is_empty and (floor is None or d.commit_ts > floor)
-        ]
+        deltas = catalog.committed_beyond(name, floor)
         if deltas:
             newest[name] = max(deltas, key=lambda d: d.commit_ts)
     return newest
