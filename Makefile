@@ -43,8 +43,10 @@ test-quick: install check-java
 exactness: install check-java
 	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest tests/test_engine_exactness.py -k every_path -s
 
+# The UI with one long-lived local Spark Connect server that every run attaches to
+# (assets_defs/dev.py); `make dev DEV_SPARK=local` starts Spark in each run's process.
 dev: install check-java
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/python -m assets_defs.dev
 
 bench: install check-java
 	$(BIN)/python -m bench.run

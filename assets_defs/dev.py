@@ -1,0 +1,121 @@
+"""`make dev`: the Dagster UI, every run attached to one long-lived Spark.
+
+A Dagster run executes each step in a process of its own, and a step with work to do
+would start a Spark driver there: a JVM, about 10-20 s, for a run that may take one.
+`make dev` starts one local Spark Connect server first (Spark's own
+`sbin/start-connect-server.sh` from the pyspark wheel, in the foreground), runs
+`dagster dev` with `OFFSET_ASSETS_SPARK_REMOTE` naming it, and stops the server when
+`dagster dev` ends. A step then attaches to the running server as a Connect client (no
+JVM in the step's process). Steps with nothing to do start no Spark at all either way.
+
+`make dev DEV_SPARK=local` keeps Spark in each run's process (what `make demo` and the
+tests use). `OFFSET_ASSETS_SPARK_REMOTE` or `OFFSET_ASSETS_SPARK_MASTER` already set
+(a cluster) are used as they are: no local server is started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+
+from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, state_dir
+
+CONNECT_PORT = int(os.environ.get("OFFSET_ASSETS_DEV_CONNECT_PORT", "15002"))
+START_TIMEOUT_S = 180.0
+# What the local Connect server's driver runs with: demo-sized data, UTC sessions.
+SERVER_CONF = {
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+    "spark.connect.grpc.binding.port": str(CONNECT_PORT),
+    "spark.driver.host": "127.0.0.1",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_connect_server(log: Path) -> subprocess.Popen:
+    """A local Spark Connect server on `CONNECT_PORT`, in the foreground of a new process
+    group; returns once it listens."""
+    if _listening(CONNECT_PORT):
+        raise SystemExit(f"port {CONNECT_PORT} is taken: stop what listens there or set "
+                         "OFFSET_ASSETS_DEV_CONNECT_PORT")
+    spark_home = Path(pyspark.__file__).parent
+    args = [str(spark_home / "sbin" / "start-connect-server.sh"), "--wait",
+            "--master", "local[*]", "--driver-memory", "2g"]
+    for key, value in SERVER_CONF.items():
+        args += ["--conf", f"{key}={value}"]
+    env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOG_DIR": str(log.parent),
+           "PYSPARK_PYTHON": sys.executable}
+    with log.open("ab") as out:
+        server = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _listening(CONNECT_PORT):
+        if server.poll() is not None or time.monotonic() > deadline:
+            stop(server)
+            raise SystemExit(f"the Spark Connect server did not start; its log: {log}")
+        time.sleep(0.5)
+    return server
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop a process started in its own group, and everything it started."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def main() -> int:
+    dagster = [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml",
+               "-h", "127.0.0.1", "-p", os.environ.get("DEV_PORT", "3000")]
+    env = dict(os.environ)
+    server = None
+    local = os.environ.get("DEV_SPARK", "connect") == "local"
+    if not local and not (env.get(ENV_SPARK_REMOTE) or env.get(ENV_SPARK_MASTER)):
+        log = state_dir() / "spark-connect" / "connect-server.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        print(f"starting a local Spark Connect server on 127.0.0.1:{CONNECT_PORT} (log: {log}) ...",
+              flush=True)
+        server = start_connect_server(log)
+        env[ENV_SPARK_REMOTE] = f"sc://127.0.0.1:{CONNECT_PORT}"
+        print(f"Spark Connect server up: runs attach to {env[ENV_SPARK_REMOTE]}", flush=True)
+    ui = subprocess.Popen(dagster, env=env, start_new_session=True)
+    try:
+        return ui.wait()
+    except KeyboardInterrupt:
+        ui.send_signal(signal.SIGINT)
+        try:
+            return ui.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            stop(ui)
+            return 1
+    finally:
+        stop(ui)
+        if server is not None:
+            stop(server)
+            print("Spark Connect server stopped", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

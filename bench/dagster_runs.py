@@ -1,0 +1,149 @@
+"""What a Dagster run costs from launch to success, launched as the UI launches it.
+
+    .venv/bin/python -m bench.dagster_runs [--spark connect|local] [--port 3333]
+
+In a fresh folder (its own state and Dagster instance): the demo, then `make dev`
+(`python -m assets_defs.dev`: with `--spark connect` one local Spark Connect server that
+every run attaches to, with `--spark local` a Spark driver in each run's process), then
+runs launched through the webserver's GraphQL API (`launchRun`, what the UI's
+Materialize and Launch Run buttons call):
+
+1. `enriched_posts` with nothing to do;
+2. the demo's traffic ingested through today's partition of `post_updates`, then
+   `enriched_posts` (a small change: the edited and deleted posts), launched as soon as
+   the ingestion ended (declarative automation would launch it too, on its next tick).
+
+Each figure is the run record's create time to its end time (the instance's own
+timestamps), so it includes queueing, the run process starting and the step. Prints
+one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCATION = "offset_assets_reference"
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+
+def graphql(port: int, query: str, variables: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def wait_for_webserver(port: int, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    query = '{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }'
+    while time.monotonic() < deadline:
+        try:
+            entries = graphql(port, query)["data"]["workspaceOrError"]["locationEntries"]
+            if entries and entries[0]["loadStatus"] == "LOADED":
+                return
+        except (urllib.error.URLError, ConnectionError, OSError, KeyError, TypeError):
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"the webserver on port {port} did not load the code location")
+
+
+def launch(port: int, job: str, tags: dict[str, str] | None = None) -> str:
+    params = {
+        "selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__",
+                     "jobName": job},
+        "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]},
+    }
+    result = graphql(port, LAUNCH, {"params": params})["data"]["launchRun"]
+    if result["__typename"] != "LaunchRunSuccess":
+        raise RuntimeError(f"launching {job}: {result}")
+    return result["run"]["runId"]
+
+
+def wait_for_run(instance: dg.DagsterInstance, run_id: str, timeout_s: float = 600) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = instance.get_run_record_by_id(run_id)
+        if record is not None and record.dagster_run.is_finished:
+            run = record.dagster_run
+            return {"status": run.status.value,
+                    "launch_to_end_s": round(record.end_time - record.create_timestamp.timestamp(), 1)}
+        time.sleep(0.5)
+    raise TimeoutError(f"run {run_id} did not finish in {timeout_s} s")
+
+
+def instance_yaml(home: Path) -> None:
+    """The repository's dagster.yaml with its storage under `home`."""
+    text = (ROOT / "dagster.yaml").read_text().replace(".dagster_home", str(home / ".dagster_home"))
+    (home / "dagster.yaml").write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--spark", choices=("connect", "local"), default="connect")
+    parser.add_argument("--port", type=int, default=3333)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="offset-assets-runs-"))
+    home = workdir / "dagster_home"
+    home.mkdir()
+    instance_yaml(home)
+    env = {**os.environ, "OFFSET_ASSETS_HOME": str(workdir / "state"), "DAGSTER_HOME": str(home),
+           "DEV_SPARK": args.spark, "DEV_PORT": str(args.port), "PYTHONPATH": str(ROOT)}
+    for name in ("OFFSET_ASSETS_SPARK_REMOTE", "OFFSET_ASSETS_SPARK_MASTER", "OFFSET_ASSETS_DB_URL",
+                 "OFFSET_ASSETS_WAREHOUSE"):
+        env.pop(name, None)
+    python = sys.executable
+    subprocess.run([python, "-m", "assets_defs.demo"], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    dev = subprocess.Popen([python, "-m", "assets_defs.dev"], cwd=ROOT, env=env,
+                           stdout=(workdir / "dev.log").open("w"), stderr=subprocess.STDOUT)
+    figures: dict[str, object] = {"spark": args.spark}
+    try:
+        wait_for_webserver(args.port)
+        os.environ["DAGSTER_HOME"] = str(home)
+        with dg.DagsterInstance.get() as instance:
+            figures["nothing_to_do"] = wait_for_run(instance, launch(args.port, "enriched_posts_job"))
+            subprocess.run([python, "-m", "assets_defs.demo", "traffic"], cwd=ROOT, env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            today = datetime.now(UTC).strftime("%Y-%m-%d")
+            figures["ingest_today"] = wait_for_run(
+                instance, launch(args.port, "post_updates_ingestion", {"dagster/partition": today}))
+            figures["small_change"] = wait_for_run(instance, launch(args.port, "enriched_posts_job"))
+    finally:
+        dev.send_signal(2)
+        try:
+            dev.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            dev.kill()
+    print(json.dumps(figures))
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
