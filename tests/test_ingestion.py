@@ -147,18 +147,23 @@ def test_a_holder_whose_range_was_taken_over_commits_nothing(sqlite_url, spark, 
     assert (row.status, row.run_id) == ("RUNNING", "rescuer")
 
 
+def daily_customers_job(source_url: str) -> IngestionJob:
+    """Daily windows of the `customers` table by `created_at`, from 2022-01-01."""
+    return IngestionJob(
+        "daily_customers", SqlTableSource(source_url, "customers", time_column="created_at",
+                                          columns=["id", "name", "city"]),
+        TimeWindowPlanner(datetime(2022, 1, 1), timedelta(days=1)),
+        TargetTable("daily_customers", ["id"], CUSTOMERS),
+    )
+
+
 def test_time_windows_from_a_sql_table_catch_up_in_order(sqlite_url, spark, warehouse,
                                                          source_url):
     plane = connect(sqlite_url)
     insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1, 9)),
                      ("bob", "Rome", datetime(2022, 1, 2, 9)),
                      ("cid", "Lima", datetime(2022, 1, 3, 9)))
-    job = IngestionJob(
-        "daily_customers", SqlTableSource(source_url, "customers", time_column="created_at",
-                                          columns=["id", "name", "city"]),
-        TimeWindowPlanner(datetime(2022, 1, 1), timedelta(days=1)),
-        TargetTable("daily_customers", ["id"], CUSTOMERS),
-    )
+    job = daily_customers_job(source_url)
     ingestion = RangeIngestion(spark, plane, job, warehouse)
     now = datetime(2022, 1, 3, 12, tzinfo=UTC)
     later = DataRange(RangeKind.TIME_WINDOW, "20220102000000", "20220103000000")
@@ -192,12 +197,7 @@ def test_an_open_window_is_ingested_as_it_grows_without_moving_the_pointer(
     plane = connect(sqlite_url)
     insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1, 9)),
                      ("bob", "Rome", datetime(2022, 1, 2, 9)))
-    job = IngestionJob(
-        "daily_customers", SqlTableSource(source_url, "customers", time_column="created_at",
-                                          columns=["id", "name", "city"]),
-        TimeWindowPlanner(datetime(2022, 1, 1), timedelta(days=1)),
-        TargetTable("daily_customers", ["id"], CUSTOMERS),
-    )
+    job = daily_customers_job(source_url)
     ingestion = RangeIngestion(spark, plane, job, warehouse)
     day1 = DataRange(RangeKind.TIME_WINDOW, "20220101000000", "20220102000000")
     today = DataRange(RangeKind.TIME_WINDOW, "20220102000000", "20220103000000")
