@@ -107,6 +107,16 @@ def spark():
 
 
 @pytest.fixture(scope="session")
+def local_reference_run(spark, tmp_path_factory) -> dict:
+    """The reference story run once in this process (local Spark, SQLite): what its runs
+    on the standalone cluster and over Spark Connect must equal, row for row."""
+    from tests.reference_story import run_reference_locally
+
+    with pytest.MonkeyPatch.context() as env:
+        return run_reference_locally(tmp_path_factory.mktemp("reference-local"), env)
+
+
+@pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     try:
         server = PostgresServer.start()

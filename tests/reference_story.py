@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -24,17 +25,54 @@ from assets_defs import source_system
 from assets_defs.assets.ingestion import build_ingestion, ingest_start
 from assets_defs.definitions import build_definitions
 from assets_defs.demo.story import (
+    NON_EMBEDDED,
     QUIET_RUN_CONFIG,
     DemoClock,
     DemoSizes,
     MaterializationPass,
     ingest_due_ranges,
 )
+from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_SPARK_REMOTE, ENV_WAREHOUSE
+from offset_assets.control_plane import database
 from offset_assets.dagster_adapter import ENGINE_RESOURCE_KEY
 from tests.engine_story import rows_of
 
+if TYPE_CHECKING:
+    import pytest
+
 SIZES = DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1)
 TRANSFORMED = ("enriched_posts", "user_post_stats")
+
+
+INGEST_START = "2024-01-01"
+
+
+def reference_environment(workdir: Path, db_url: str) -> dict[str, str]:
+    """Every location of the reference project under `workdir`, control plane at `db_url`."""
+    (workdir / "warehouse").mkdir(parents=True)
+    (workdir / "dagster_home").mkdir()
+    (workdir / "dagster_home" / "dagster.yaml").write_text("")  # default storage, in that folder
+    return {
+        ENV_DB_URL: db_url,
+        ENV_WAREHOUSE: str(workdir / "warehouse"),
+        "OFFSET_ASSETS_SOURCE_URL": f"sqlite:///{workdir / 'source.db'}",
+        "OFFSET_ASSETS_INGEST_START": INGEST_START,
+        "DAGSTER_HOME": str(workdir / "dagster_home"),
+    }
+
+
+def run_reference_locally(workdir: Path, env: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The story in this process, on its Spark session, with a SQLite control plane under
+    `workdir`: what a run of it on a cluster or over Spark Connect must equal."""
+    for name in (*NON_EMBEDDED, ENV_SPARK_MASTER, ENV_SPARK_REMOTE):
+        env.delenv(name, raising=False)
+    local_env = reference_environment(workdir, f"sqlite:///{workdir / 'local.db'}")
+    for name, value in local_env.items():
+        env.setenv(name, value)
+    with dg.instance_for_test() as instance:
+        result = run_reference(instance)
+    database.forget(local_env[ENV_DB_URL])
+    return result
 
 
 def transformations_job() -> dg.JobDefinition:

@@ -19,35 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
-from assets_defs.demo.story import NON_EMBEDDED
 from assets_defs.resources import ENV_DEPLOYMENT
-from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_SPARK_REMOTE, ENV_WAREHOUSE
-from offset_assets.control_plane import database
+from offset_assets.config import ENV_SPARK_MASTER
 from offset_assets.spark import SparkUnavailableError, check_endpoint, endpoints
-from tests.reference_story import run_reference
+from tests.reference_story import reference_environment
 from tests.spark_cluster import CLUSTER_APP_CONF, DRIVER_ENV, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-INGEST_START = "2024-01-01"
-
-
-def reference_environment(tmp_path: Path, db_url: str) -> dict[str, str]:
-    """Every location of the reference project under `tmp_path`, control plane at `db_url`."""
-    (tmp_path / "warehouse").mkdir(parents=True)
-    (tmp_path / "dagster_home").mkdir()
-    (tmp_path / "dagster_home" / "dagster.yaml").write_text("")  # default storage, in that folder
-    return {
-        ENV_DB_URL: db_url,
-        ENV_WAREHOUSE: str(tmp_path / "warehouse"),
-        "OFFSET_ASSETS_SOURCE_URL": f"sqlite:///{tmp_path / 'source.db'}",
-        "OFFSET_ASSETS_INGEST_START": INGEST_START,
-        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
-    }
-
-
 def spark_conf_dir(tmp_path: Path) -> str:
     """A SPARK_CONF_DIR whose spark-defaults.conf holds the cluster settings: how the
     drivers Dagster's step processes start get them, as on a real deployment."""
@@ -67,7 +47,7 @@ def run_driver(args: list[str], env: dict[str, str], timeout: float = 1800) -> d
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_reference_pipeline_on_the_cluster_with_postgres_and_the_multiprocess_executor_equals_the_local_run(
-        spark_cluster, postgres_url, spark, tmp_path, monkeypatch):
+        spark_cluster, postgres_url, local_reference_run, tmp_path):
     cluster_env = {
         **reference_environment(tmp_path / "cluster", postgres_url),
         ENV_DEPLOYMENT: "production",
@@ -75,15 +55,7 @@ def test_reference_pipeline_on_the_cluster_with_postgres_and_the_multiprocess_ex
         "SPARK_CONF_DIR": spark_conf_dir(tmp_path),
     }
     on_cluster = run_driver(["tests.reference_story"], cluster_env)
-
-    for name in (*NON_EMBEDDED, ENV_SPARK_MASTER, ENV_SPARK_REMOTE):
-        monkeypatch.delenv(name, raising=False)
-    local_env = reference_environment(tmp_path / "local", f"sqlite:///{tmp_path / 'local.db'}")
-    for name, value in local_env.items():
-        monkeypatch.setenv(name, value)
-    with dg.instance_for_test() as instance:
-        local = run_reference(instance)
-    database.forget(local_env[ENV_DB_URL])
+    local = dict(local_reference_run)
 
     print(f"reference story: local[2] {local['seconds']} s, cluster {on_cluster['seconds']} s")
     assert (on_cluster.pop("executor"), local.pop("executor")) == ("multiprocess", "in_process")

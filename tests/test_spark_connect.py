@@ -16,15 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
-from assets_defs.demo.story import NON_EMBEDDED
-from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_SPARK_REMOTE
-from offset_assets.control_plane import database
-from tests.reference_story import run_reference
+from offset_assets.config import ENV_SPARK_REMOTE
+from tests.reference_story import reference_environment
 from tests.spark_cluster import free_port
-from tests.test_cluster import reference_environment, run_driver
+from tests.test_cluster import run_driver
 
 ROOT = Path(__file__).resolve().parent.parent
 # One worker holds the Connect server and the cluster (tests/conftest.py groups them too).
@@ -86,21 +83,13 @@ def test_a_connect_endpoint_that_is_down_is_one_clear_error():
 
 
 def test_reference_project_over_spark_connect_on_the_lazy_pyspark_resource_equals_the_local_run(
-        connect_server, spark, tmp_path, monkeypatch):
+        connect_server, local_reference_run, tmp_path):
     """The reference project's LazyPySparkResource with `spark.remote` in its spark_config
     (from OFFSET_ASSETS_SPARK_REMOTE): the same outputs as the local run, row for row."""
     connect_env = {**reference_environment(tmp_path / "connect", f"sqlite:///{tmp_path / 'connect.db'}"),
                    ENV_SPARK_REMOTE: connect_server.url}
     over_connect = run_driver(["tests.reference_story"], connect_env)
-
-    for name in (*NON_EMBEDDED, ENV_SPARK_MASTER, ENV_SPARK_REMOTE):
-        monkeypatch.delenv(name, raising=False)
-    local_env = reference_environment(tmp_path / "local", f"sqlite:///{tmp_path / 'local.db'}")
-    for name, value in local_env.items():
-        monkeypatch.setenv(name, value)
-    with dg.instance_for_test() as instance:
-        local = run_reference(instance)
-    database.forget(local_env[ENV_DB_URL])
+    local = dict(local_reference_run)
 
     print(f"reference story: local[2] {local['seconds']} s, Spark Connect {over_connect['seconds']} s")
     # Connect clients are cheap to start: the project runs each step in a process of its own.
