@@ -131,6 +131,7 @@ def test_a_run_whose_output_kept_every_row_is_an_observation_and_wakes_no_automa
     assert observed["changed_keys"] == 1 and observed["processed_keys"] == 1
     assert observed["rows_written.user_post_stats"] == 0 and observed["rows_deleted.user_post_stats"] == 0
     assert events(unchanged, "ASSET_MATERIALIZATION", "user_post_stats") == []
+    assert "dagster/row_count" not in observed  # the table as it was: not counted again
     evaluation = dg.evaluate_automation_conditions(defs, instance, cursor=cursor)
     assert evaluation.get_num_requested(report.key) == 0
 
@@ -138,6 +139,7 @@ def test_a_run_whose_output_kept_every_row_is_an_observation_and_wakes_no_automa
     changed = dg.materialize([*sources, stats], resources=resources, instance=instance, selection=[stats.key])
     [materialized] = events(changed, "ASSET_MATERIALIZATION", "user_post_stats")
     assert materialized["rows_written.user_post_stats"] == 1
+    assert materialized["dagster/row_count"] == 2  # users 1 and 2
     evaluation = dg.evaluate_automation_conditions(defs, instance, cursor=evaluation.cursor)
     assert evaluation.get_num_requested(report.key) == 1
 

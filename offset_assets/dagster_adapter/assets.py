@@ -317,10 +317,11 @@ def materialize_incremental(context: dg.AssetExecutionContext, config: Increment
     else:
         result = engine.run_full(transformation, run_id=context.run_id, change_detection=mode,
                                  reprocess_all=reset is not None)
-    reports = report_run(context, asset, result, reset, resource)
+    materialized = [out.asset_key for out in asset.outputs
+                    if explicit or result.versions_written(out.table_name) > 0]
+    reports = report_run(context, asset, result, reset, resource, counted=materialized)
     for out in asset.outputs:
-        name = out.table_name
-        if explicit or result.rows_written.get(name, 0) + result.rows_deleted.get(name, 0) > 0:
+        if out.asset_key in materialized:
             yield dg.MaterializeResult(asset_key=out.asset_key, metadata=reports[out.asset_key])
         else:
             context.log.info(f"{out.asset_key.to_user_string()}: no output changed; "

@@ -31,6 +31,7 @@ what `incremental_asset` does (see `assets.py`), on top of the same IO manager.
 # from its field annotations, which must be real types, not strings.
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,10 +192,13 @@ class OffsetIOManager(dg.ConfigurableIOManager):
 
 
 def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: IncrementalAsset,
-               result: RunResult, reset: str | None,
-               engine: IncrementalEngineResource) -> dict[dg.AssetKey, dict[str, dg.MetadataValue]]:
+               result: RunResult, reset: str | None, engine: IncrementalEngineResource,
+               counted: Collection[dg.AssetKey] | None = None,
+               ) -> dict[dg.AssetKey, dict[str, dg.MetadataValue]]:
     """Log the run, build each output asset's metadata and apply the failed-keys policy
-    (raises `Failure`).
+    (raises `Failure`). `dagster/row_count` (one Spark job over the table, when the
+    resource's `row_count` is on) only for the outputs in `counted` (default: every one):
+    an output the run left as it was keeps its count.
 
     A reset also tags the Dagster run, `offset_assets/offsets_reset.<transformation>` =
     the reason (`backfill <id>`, `tag offset_assets/reset=true`): short, so the runs list
@@ -205,7 +209,8 @@ def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: Incr
         out.asset_key: run_metadata(
             output_view(result, out.table_name, asset.output_tables), output_tables=[out.table_name],
             reset_reason=reset, offset_lag_s=lags,
-            row_count=engine.table(out.asset_key).read_actual().count() if engine.row_count else None)
+            row_count=(engine.table(out.asset_key).read_actual().count()
+                       if engine.row_count and (counted is None or out.asset_key in counted) else None))
         for out in asset.outputs
     }
     context.log.info(run_summary(result, reset))

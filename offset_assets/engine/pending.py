@@ -21,6 +21,7 @@ from offset_assets.control_plane.settled import SettledSnapshots
 from offset_assets.engine.changed_index import IndexRequest, RunSnapshot
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import meta_table_name
+from offset_assets.errors import OffsetAssetsError
 
 
 def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnapshot,
@@ -31,8 +32,14 @@ def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnap
     use_offsets = change_detection == "v2"
     failed_since = None
     if use_offsets and listed_failures:
-        oldest = DeltaCatalog(plane).by_num(meta_table_name(transformation_id), listed_failures[0])
-        failed_since = oldest.commit_ts if oldest is not None else None
+        meta_name = meta_table_name(transformation_id)
+        oldest = DeltaCatalog(plane).by_num(meta_name, listed_failures[0])
+        if oldest is None:  # a run reading from a guessed point could miss failed keys
+            raise OffsetAssetsError(
+                f"{transformation_id}: meta delta {listed_failures[0]} of {meta_name}, listed as "
+                "holding failed keys, is not in the delta catalog"
+            )
+        failed_since = oldest.commit_ts
     settled = {}
     if use_offsets and use_settled:
         settled = SettledSnapshots(plane).get(transformation_id) or {}

@@ -47,6 +47,10 @@ class RunResult:
     def succeeded(self) -> bool:
         return self.failed_keys == 0
 
+    def versions_written(self, name: str) -> int:
+        """Versions the run committed to table `name`: rows written plus rows deleted."""
+        return self.rows_written.get(name, 0) + self.rows_deleted.get(name, 0)
+
     def add_rows_read(self, name: str, count: int) -> None:
         self.rows_read[name] = self.rows_read.get(name, 0) + count
 
