@@ -8,6 +8,7 @@ lands in its tier by what it asks for, not by a list of files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -84,16 +85,25 @@ def _spark_conf_restored(request):
     if "spark" not in request.fixturenames:
         yield
         return
-    conf = request.getfixturevalue("spark").conf
+    with runtime_conf_kept(request.getfixturevalue("spark")):
+        yield
+
+
+@contextlib.contextmanager
+def runtime_conf_kept(session) -> Iterator[None]:
+    """The session's runtime settings as they were, whatever the block set or unset."""
+    conf = session.conf
     before = conf.getAll
-    yield
-    after = conf.getAll
-    for key in after.keys() - before.keys():
-        if conf.isModifiable(key):
-            conf.unset(key)
-    for key, value in before.items():
-        if after.get(key) != value and conf.isModifiable(key):
-            conf.set(key, value)
+    try:
+        yield
+    finally:
+        after = conf.getAll
+        for key in after.keys() - before.keys():
+            if conf.isModifiable(key):
+                conf.unset(key)
+        for key, value in before.items():
+            if after.get(key) != value and conf.isModifiable(key):
+                conf.set(key, value)
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +122,8 @@ def local_reference_run(spark, tmp_path_factory) -> dict:
     on the standalone cluster and over Spark Connect must equal, row for row."""
     from tests.reference_story import run_reference_locally
 
-    with pytest.MonkeyPatch.context() as env:
+    # A session fixture is set up before any test's own fixtures: it keeps the settings itself.
+    with pytest.MonkeyPatch.context() as env, runtime_conf_kept(spark):
         return run_reference_locally(tmp_path_factory.mktemp("reference-local"), env)
 
 
