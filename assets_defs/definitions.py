@@ -4,10 +4,10 @@ Loaded by `dagster dev -w workspace.yaml` (attribute `defs`). Local and producti
 differ only in the resources (`resources.py`); `build_definitions` re-reads the
 environment, which the demo and the tests use to point it at their own state.
 
-With a local Spark master, Spark assets run with the in-process executor: one Spark
-driver per run, shared by its steps, instead of one driver per step. With a cluster
-master or a Spark Connect endpoint, with the multiprocess executor: a step's session is
-then a light driver or a gRPC client (see `offset_assets.dagster_adapter.spark_resource`).
+Runs execute their steps in one process (one Spark driver, or one Spark Connect client,
+shared by the steps) except with a cluster master, where each step is a process with a
+light driver of its own and independent steps run in parallel; `OFFSET_ASSETS_EXECUTOR`
+chooses either (see `offset_assets.dagster_adapter.spark_resource`).
 """
 
 import dagster as dg
@@ -20,7 +20,9 @@ from assets_defs.maintenance import table_maintenance, table_maintenance_hourly
 from assets_defs.resources import resources_for, source_url
 from assets_defs.schedules import build_schedules
 from assets_defs.sensors import build_sensors
-from offset_assets.config import spark_runs_outside_process
+from offset_assets.config import default_executor
+
+EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
 
 
 def build_definitions(ingestion: Ingestion | None = None, deployment: str | None = None) -> dg.Definitions:
@@ -33,7 +35,7 @@ def build_definitions(ingestion: Ingestion | None = None, deployment: str | None
         schedules=[*build_schedules(ingestion), table_maintenance_hourly],
         jobs=[*JOBS, table_maintenance],
         resources=resources_for(deployment),
-        executor=dg.multiprocess_executor if spark_runs_outside_process() else dg.in_process_executor,
+        executor=EXECUTORS[default_executor()],
     )
 
 

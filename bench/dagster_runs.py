@@ -11,11 +11,15 @@ Materialize and Launch Run buttons call):
 1. `enriched_posts` with nothing to do;
 2. the demo's traffic ingested through today's partition of `post_updates`, then
    `enriched_posts` (a small change: the edited and deleted posts), launched as soon as
-   the ingestion ended (declarative automation would launch it too, on its next tick).
+   the ingestion ended (declarative automation would launch it too, on its next tick);
+3. a backfill (`launchPartitionBackfill`, the UI's backfill dialog) of the last three
+   partitions of `posts` and the transformations `enriched_posts` and `user_post_stats`
+   downstream of them, which a backfill reprocesses from the start (their offsets reset).
 
-Each figure is the run record's create time to its end time (the instance's own
-timestamps), so it includes queueing, the run process starting and the step. Prints
-one JSON object.
+Each run's figure is its record's create time to its end time (the instance's own
+timestamps), so it includes queueing, the run process starting and the step; the
+backfill's is its creation to the end of its last run, the daemon's ticks included.
+Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCATION = "offset_assets_reference"
@@ -86,6 +91,39 @@ def launch(port: int, job: str, tags: dict[str, str] | None = None) -> str:
     return result["run"]["runId"]
 
 
+BACKFILL = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def launch_backfill(port: int, assets: list[str], partitions: list[str]) -> str:
+    params = {"assetSelection": [{"path": [name]} for name in assets], "partitionNames": partitions}
+    result = graphql(port, BACKFILL, {"params": params})["data"]["launchPartitionBackfill"]
+    if result["__typename"] != "LaunchBackfillSuccess":
+        raise RuntimeError(f"launching a backfill of {assets} {partitions}: {result}")
+    return result["backfillId"]
+
+
+def wait_for_backfill(instance: dg.DagsterInstance, backfill_id: str, timeout_s: float = 900) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        backfill = instance.get_backfill(backfill_id)
+        if backfill.status in BULK_ACTION_TERMINAL_STATUSES:
+            records = instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+            if all(record.dagster_run.is_finished for record in records):
+                ended = max((record.end_time or 0.0 for record in records), default=time.time())
+                return {"status": backfill.status.value, "runs": len(records),
+                        "launch_to_end_s": round(ended - backfill.backfill_timestamp, 1)}
+        time.sleep(1)
+    raise TimeoutError(f"backfill {backfill_id} did not finish in {timeout_s} s")
+
+
 def wait_for_run(instance: dg.DagsterInstance, run_id: str, timeout_s: float = 600) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -135,6 +173,9 @@ def main() -> None:
             figures["ingest_today"] = wait_for_run(
                 instance, launch(args.port, "post_updates_ingestion", {"dagster/partition": today}))
             figures["small_change"] = wait_for_run(instance, launch(args.port, "enriched_posts_job"))
+            ranges = instance.get_dynamic_partitions("posts_ranges")[-3:]
+            figures["backfill_3_partitions"] = wait_for_backfill(instance, launch_backfill(
+                args.port, ["posts", "enriched_posts", "user_post_stats"], ranges))
     finally:
         dev.send_signal(2)
         try:

@@ -11,11 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from offset_assets.errors import SettingError
+
 ENV_HOME = "OFFSET_ASSETS_HOME"
 ENV_DB_URL = "OFFSET_ASSETS_DB_URL"
 ENV_WAREHOUSE = "OFFSET_ASSETS_WAREHOUSE"
 ENV_SPARK_MASTER = "OFFSET_ASSETS_SPARK_MASTER"
 ENV_SPARK_REMOTE = "OFFSET_ASSETS_SPARK_REMOTE"
+ENV_EXECUTOR = "OFFSET_ASSETS_EXECUTOR"
+EXECUTORS = ("in_process", "multiprocess")
 
 
 def state_path() -> Path:
@@ -60,8 +64,19 @@ def default_spark_remote() -> str | None:
     return os.environ.get(ENV_SPARK_REMOTE) or None
 
 
-def spark_runs_outside_process() -> bool:
-    """True when the configured Spark does its work outside this process (a Connect
-    endpoint, or a master that is not `local`): starting a session is then cheap, so
-    Dagster may run each step in a process of its own."""
-    return default_spark_remote() is not None or not default_spark_master().startswith("local")
+def default_executor() -> str:
+    """How a Dagster run executes its steps: `OFFSET_ASSETS_EXECUTOR` (`in_process` or
+    `multiprocess`), else `multiprocess` with a cluster master and `in_process` otherwise.
+
+    A step process costs seconds of imports before it does anything, and with a local
+    master a driver JVM too; a Spark Connect client attaches in about a second, so a run's
+    steps share one process and one session. With a cluster master each step's light
+    driver gets its own executors and independent steps run in parallel."""
+    chosen = os.environ.get(ENV_EXECUTOR)
+    if chosen:
+        if chosen not in EXECUTORS:
+            raise SettingError(f"{ENV_EXECUTOR}={chosen!r} is not one of {', '.join(EXECUTORS)}")
+        return chosen
+    if default_spark_remote() is None and not default_spark_master().startswith("local"):
+        return "multiprocess"
+    return "in_process"

@@ -31,6 +31,11 @@ class ControlPlaneUnavailableError(OffsetAssetsError):
         return f"{self.problem} {self.url}: {self.cause}"
 
 
+class SettingError(OffsetAssetsError, ValueError):
+    """An environment variable holds a value the library cannot use; the message names
+    the variable, the value and what it may be."""
+
+
 class InvalidOffsetError(OffsetAssetsError, ValueError):
     """An offset value is NaN, infinite or not a number; nothing was written."""
 

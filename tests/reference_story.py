@@ -5,8 +5,8 @@ Seed the source, ingest every due range through Dagster (in this process), run t
 project's `transformations` job, a round of traffic, ingest and transform again; return
 what each run processed and the final outputs row for row. The second transformations
 run uses the executor and resources of the project's Definitions for the environment:
-the multiprocess executor when Spark runs outside the process (a cluster master), each
-step a process with its own driver; in-process with a local master.
+with a cluster master the multiprocess executor, each step a process with its own
+driver; in-process with a local master or a Spark Connect endpoint.
 
 Usage (the cluster test runs it as a driver process of its own):
     python -m tests.reference_story            prints the results as JSON

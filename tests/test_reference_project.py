@@ -37,6 +37,7 @@ from assets_defs.resources import ENV_DEPLOYMENT
 from offset_assets.config import ENV_HOME, default_db_url
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.job_log import JobLog
+from offset_assets.errors import SettingError
 
 SMALL = DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1)
 
@@ -160,6 +161,30 @@ def test_production_definitions_need_every_location_and_take_them_from_the_envir
     assert defs.resources["io_manager"].engine is engine
     monkeypatch.setenv(ENV_INGEST_START, "2024-01-01")
     assert build_ingestion("sqlite://").post_updates.partitions_def.get_first_partition_key() == "2024-01-01"
+
+
+@pytest.mark.parametrize(("environment", "executor"), [
+    ({}, "in_process"),
+    ({"OFFSET_ASSETS_SPARK_REMOTE": "sc://connect:15002"}, "in_process"),
+    ({"OFFSET_ASSETS_SPARK_MASTER": "spark://master:7077"}, "multiprocess"),
+    ({"OFFSET_ASSETS_SPARK_MASTER": "spark://master:7077", "OFFSET_ASSETS_EXECUTOR": "in_process"}, "in_process"),
+    ({"OFFSET_ASSETS_EXECUTOR": "multiprocess"}, "multiprocess"),
+])
+def test_runs_share_one_process_unless_a_cluster_master_or_the_setting_says_otherwise(
+        embedded_state, monkeypatch, environment, executor):
+    """A step process costs seconds of imports (and with a local master a driver JVM); a
+    Connect client attaches in about a second, so only a cluster master gets a process
+    per step by default."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    job = build_definitions().resolve_job_def("transformations")
+    assert job.executor_def.name == executor
+
+
+def test_an_executor_setting_that_is_not_one_is_refused_by_name(embedded_state, monkeypatch):
+    monkeypatch.setenv("OFFSET_ASSETS_EXECUTOR", "threads")
+    with pytest.raises(SettingError, match="OFFSET_ASSETS_EXECUTOR='threads' is not one of in_process, multiprocess"):
+        build_definitions()
 
 
 def test_the_demo_refuses_to_reset_a_state_it_does_not_own():

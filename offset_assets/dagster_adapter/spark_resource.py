@@ -32,12 +32,19 @@ competing for the same cores. Hence:
   Spark assets (the reference project's `Definitions` does). All steps share one
   session; Spark parallelises inside each step, so little is lost by running steps one
   after another. `materialize()` in Python is in-process already.
-- **cluster master (standalone, YARN, Kubernetes) or Spark Connect**: the multiprocess
-  executor is fine. Each step process starts a light driver (or, with Connect, only a
-  gRPC client) while executors live on the cluster; steps of different transformations
-  run in parallel, and the run leases keep two runs of one transformation apart
-  whatever the executor. On a standalone cluster give each application a share of the
-  cores (`spark.cores.max`), or parallel steps queue behind the first application.
+- **Spark Connect**: either works, and in-process is cheaper for the small runs an
+  incremental pipeline mostly makes: a step process spends seconds importing Dagster,
+  PySpark and the code location before it attaches, while the Connect server already
+  parallelises each query (the reference project runs in-process here).
+- **cluster master (standalone, YARN, Kubernetes)**: the multiprocess executor fits.
+  Each step process starts a light driver while executors live on the cluster; steps of
+  different transformations run in parallel, and the run leases keep two runs of one
+  transformation apart whatever the executor. On a standalone cluster give each
+  application a share of the cores (`spark.cores.max`), or parallel steps queue behind
+  the first application.
+
+The reference project chooses with `OFFSET_ASSETS_EXECUTOR` (`in_process` or
+`multiprocess`; by default multiprocess with a cluster master only).
 
 The engine never stops the session: it belongs to the process (and to the provider).
 """
