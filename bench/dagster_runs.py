@@ -118,7 +118,9 @@ def wait_for_backfill(instance: dg.DagsterInstance, backfill_id: str, timeout_s:
             records = instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
             if all(record.dagster_run.is_finished for record in records):
                 ended = max((record.end_time or 0.0 for record in records), default=time.time())
-                return {"status": backfill.status.value, "runs": len(records),
+                assets = sorted({key.to_user_string() for record in records
+                                 for key in record.dagster_run.asset_selection or ()})
+                return {"status": backfill.status.value, "runs": len(records), "assets": assets,
                         "launch_to_end_s": round(ended - backfill.backfill_timestamp, 1)}
         time.sleep(1)
     raise TimeoutError(f"backfill {backfill_id} did not finish in {timeout_s} s")

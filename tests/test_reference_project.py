@@ -293,7 +293,12 @@ def test_demo_story_second_run_processes_only_the_changed_posts_and_the_renamed_
     assert [(r.data_range_start, r.data_range_end, r.status) for r in log.history("posts")] == [
         ("0", "30", "SUCCESS"), ("30", "33", "SUCCESS")]
     report = render(story)
-    assert "EXPECTED" not in report and report.count("as expected") == 4
+    assert "EXPECTED" not in report and report.count("as expected") == 6
+    moderated = second.transformations["rejected_posts"]
+    assert second.processed("accepted_posts") == moderated["processed_keys"] == len(expected.changed_posts)
+    assert (f"moderated_posts  processed 6 keys (as expected: the changed posts; no reference input) -> "
+            f"accepted_posts {second.transformations['accepted_posts']['rows_written.accepted_posts']} written"
+            ) in report
     assert "10 keys = 6 changed posts + 4 more posts of the renamed profile (reverse join)" in report.replace(
         "processed 10 of 32 keys", "10 keys")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,6 +53,24 @@ def _offsets(before: Iterable[dict], after: Iterable[dict]) -> list[str]:
     return lines
 
 
+MODERATED_OUTPUTS = ("accepted_posts", "rejected_posts")
+
+
+def _moderated(step: MaterializationPass, expected_keys: int, what: str,
+               ok: Callable[[int, int], str]) -> str:
+    """`moderated_posts`: one transformation, two outputs; an output the run left as it was
+    is reported as an observation, not a materialization, so it has no entry here."""
+    outputs = {name: step.transformations.get(name) for name in MODERATED_OUTPUTS}
+    processed = next((meta["processed_keys"] for meta in outputs.values() if meta), None)
+    if processed is None:
+        return "   moderated_posts  no output changed (observed, not materialized: nothing downstream woken)"
+    changes = [f"{name} unchanged" if meta is None else
+               f"{name} {meta[f'rows_written.{name}']} written, {meta[f'rows_deleted.{name}']} deleted"
+               for name, meta in outputs.items()]
+    return (f"   moderated_posts  processed {processed} keys ({ok(processed, expected_keys)}: {what}) -> "
+            + "; ".join(changes))
+
+
 def render(story: DemoStory) -> str:
     sizes, traffic, expected = story.sizes, story.traffic, story.expected
     first, second = story.first, story.second
@@ -77,6 +95,7 @@ def render(story: DemoStory) -> str:
         f"({ok(enriched1['processed_keys'], story.live_posts)}: every post); read {_reads(enriched1)}",
         f"   user_post_stats  processed {stats1['processed_keys']} keys "
         f"({ok(stats1['processed_keys'], story.authors)}: every author)",
+        _moderated(first, story.live_posts, "every post", ok),
         "",
         f"2. Traffic (seed {sizes.traffic_seed}, stamped {_day(story.clock.traffic_at)}): "
         f"{sizes.changes} changes = {traffic.describe()}",
@@ -92,6 +111,7 @@ def render(story: DemoStory) -> str:
         f"                    read {_reads(enriched2)} (filtered join: only the authors of those posts)",
         f"   user_post_stats  processed {stats2['processed_keys']} keys: authors of changed posts + renamed "
         f"author ({ok(stats2['processed_keys'], len(expected.stats_users))})",
+        _moderated(second, len(expected.changed_posts), "the changed posts; no reference input", ok),
         "",
         "Offsets (per transformation and input: before -> after the second run, UTC; age = since it last moved)",
         *_offsets(story.offsets_before, story.offsets_after),
