@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, UnknownTableError
 from offset_assets.control_plane.leases import DEFAULT_TTL_S
-from offset_assets.dagster_adapter.metadata import IncrementalAsset, table_name_for
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
