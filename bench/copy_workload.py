@@ -61,6 +61,7 @@ from offset_assets.spark import get_spark_session
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.maintenance import MaintenancePolicy, maintain
+from offset_assets.versioned.registered import open_registered_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = StructType([StructField("id", StringType(), False), StructField("v", IntegerType(), True)])
@@ -215,11 +216,8 @@ class CopyWorld:
     def tables(self) -> list[VersionedTable]:
         """src, the output and the meta (once the first run has registered it)."""
         if self.meta is None:
-            spec = self.src.catalog.table_spec(meta_table_name(TRANSFORMATION_ID))
-            if spec is not None:
-                schema = StructType.fromJson(json.loads(spec.schema_json))
-                self.meta = VersionedTable(self.spark, self.plane, spec.name, spec.primary_key, schema,
-                                           warehouse=self.src.warehouse)
+            self.meta = open_registered_table(self.spark, self.plane, meta_table_name(TRANSFORMATION_ID),
+                                              self.src.warehouse)
         return [self.src, self.dst] + ([self.meta] if self.meta is not None else [])
 
     def run(self, **options: Any) -> Measured:
