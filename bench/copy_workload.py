@@ -438,7 +438,7 @@ def spark_master(settings: Settings) -> Iterator[tuple[str, dict[str, str]]]:
     if settings.master != "standalone":
         yield settings.master, conf
         return
-    from tests.spark_cluster import SparkCluster  # dev-only: the launcher the cluster tests use
+    from bench.standalone_cluster import SparkCluster  # started from the pyspark wheel
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
