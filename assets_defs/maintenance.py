@@ -9,14 +9,10 @@ beside the transformations without pausing them (a compaction changes nothing of
 run in flight, `tests/test_maintenance.py`).
 """
 
-import json
-
 import dagster as dg
 from pydantic import Field
-from pyspark.sql.types import StructType
 
 from assets_defs.assets.transformations import TRANSFORMATIONS
-from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.dagster_adapter import IncrementalEngineResource, resolve_incremental
 from offset_assets.engine.transformation import meta_table_name
 from offset_assets.versioned.maintenance import (
@@ -61,16 +57,12 @@ def maintain_tables(
     context: dg.OpExecutionContext, config: MaintenanceConfig, incremental_engine: IncrementalEngineResource
 ) -> dg.Output[None]:
     policy = MaintenancePolicy(config.max_deltas_since_snapshot, config.max_rows_ratio)
-    catalog = DeltaCatalog(incremental_engine.control_plane())
     summary: dict[str, str] = {}
     for name in project_tables():
-        spec = catalog.table_spec(name)
-        if spec is None:
+        table = incremental_engine.registered_table(name)
+        if table is None:
             summary[name] = "not materialized yet"
             continue
-        table = incremental_engine.versioned_table(
-            name, spec.primary_key, StructType.fromJson(json.loads(spec.schema_json))
-        )
         done = maintain(table, policy)
         cleaned = cleanup(table, config.retention_hours * 3600)
         summary[name] = (

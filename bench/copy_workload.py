@@ -61,6 +61,7 @@ from offset_assets.spark import get_spark_session
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.maintenance import MaintenancePolicy, maintain
+from offset_assets.versioned.registered import open_registered_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = StructType([StructField("id", StringType(), False), StructField("v", IntegerType(), True)])
@@ -215,11 +216,8 @@ class CopyWorld:
     def tables(self) -> list[VersionedTable]:
         """src, the output and the meta (once the first run has registered it)."""
         if self.meta is None:
-            spec = self.src.catalog.table_spec(meta_table_name(TRANSFORMATION_ID))
-            if spec is not None:
-                schema = StructType.fromJson(json.loads(spec.schema_json))
-                self.meta = VersionedTable(self.spark, self.plane, spec.name, spec.primary_key, schema,
-                                           warehouse=self.src.warehouse)
+            self.meta = open_registered_table(self.spark, self.plane, meta_table_name(TRANSFORMATION_ID),
+                                              self.src.warehouse)
         return [self.src, self.dst] + ([self.meta] if self.meta is not None else [])
 
     def run(self, **options: Any) -> Measured:
@@ -440,7 +438,7 @@ def spark_master(settings: Settings) -> Iterator[tuple[str, dict[str, str]]]:
     if settings.master != "standalone":
         yield settings.master, conf
         return
-    from tests.spark_cluster import SparkCluster  # dev-only: the launcher the cluster tests use
+    from bench.standalone_cluster import SparkCluster  # started from the pyspark wheel
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:

@@ -1,4 +1,5 @@
-"""`offset-assets init-offsets`: offsets from the meta, reported as dates."""
+"""`offset-assets init-offsets` and `OffsetStore.initialize_offsets_from_transform_meta`: offsets
+from the meta, reported as dates."""
 
 from click.testing import CliRunner
 
@@ -6,6 +7,7 @@ from offset_assets.cli import main
 from offset_assets.cli.offsets import iso_utc
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.dagster_adapter import OffsetStore
 from offset_assets.engine.runner import IncrementalEngine
 from tests.engine_story import make_world
 
@@ -48,3 +50,17 @@ def test_init_offsets_without_inputs_names_the_missing_option(spark, sqlite_url,
     result = CliRunner().invoke(main, ["--db-url", sqlite_url, "init-offsets", "enrich_posts"])
     assert result.exit_code == 1
     assert "name its inputs with --input" in result.output
+
+
+def test_offset_store_initializes_offsets_from_meta_as_the_engine_does(spark, sqlite_url, warehouse):
+    world = make_world(spark, connect(sqlite_url), warehouse)
+    world.write_profiles([(1, "ann")])
+    world.write_posts([(10, 1, "a"), (11, 1, "b")])
+    IncrementalEngine(spark, world.posts.plane).run_changelist(
+        world.enriched_transformation(), [{"post_id": 10}, {"post_id": 11}])
+
+    found = OffsetStore(db_url=sqlite_url).initialize_offsets_from_transform_meta(world.enriched_transformation())
+    assert found == OffsetRepository(world.posts.plane).get_offsets_for_transformation("enrich_posts") == {
+        "posts": world.posts.last_committed().commit_ts,
+        "profiles": world.profiles.last_committed().commit_ts,
+    }

@@ -25,7 +25,7 @@ from offset_assets.dagster_adapter import (
     table_metadata,
 )
 from offset_assets.dagster_adapter.assets import ChangeDetection, IncrementalRunConfig
-from offset_assets.dagster_adapter.metadata import iso_utc
+from offset_assets.dagster_adapter.run_report import iso_utc
 from tests.dagster_resources import engine_resources
 from tests.engine_story import ENRICHED, POSTS, STATS, count_posts, enrich, make_world, rows_of
 

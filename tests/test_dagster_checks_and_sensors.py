@@ -30,13 +30,13 @@ from offset_assets.dagster_adapter import (
     on_input_commits,
     sensors,
 )
+from offset_assets.dagster_adapter.asset_spec import resolve_incremental
 from offset_assets.dagster_adapter.checks import (
     DEFAULT_ERROR_AFTER_S,
     DEFAULT_WARN_AFTER_S,
     backlog_result,
     offset_age_result,
 )
-from offset_assets.dagster_adapter.metadata import resolve_incremental
 from tests.dagster_resources import engine_resources
 from tests.engine_story import ENRICHED, POSTS, PROFILES, enrich
 

@@ -10,7 +10,6 @@ from click.testing import CliRunner
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.cli import main
-from offset_assets.cli.init_offsets import open_registered_table
 from offset_assets.control_plane import connect, database
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import meta_table_name
@@ -21,6 +20,7 @@ from offset_assets.versioned.maintenance import (
     cleanup,
     maintain,
 )
+from offset_assets.versioned.registered import open_registered_table
 from tests.engine_story import enrich, make_world, rows_of
 
 SCHEMA = StructType(

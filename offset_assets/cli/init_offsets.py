@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -10,16 +9,16 @@ from pathlib import Path
 
 import click
 from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
 
 from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.offsets import iso_utc, require_known
 from offset_assets.config import default_warehouse
-from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.engine.errors import TransformationDefinitionError
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
+from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
 
 JVM_LOG = Path(tempfile.gettempdir()) / "offset-assets-cli-spark.log"
@@ -34,12 +33,11 @@ appender.console.layout.pattern = %p %c{1}: %m%n
 """
 
 
-def open_registered_table(spark, plane, name: str, warehouse: str) -> VersionedTable:  # noqa: ANN001
-    spec = DeltaCatalog(plane).table_spec(name)
-    if spec is None:
+def _registered(spark: SparkSession, plane: ControlPlane, name: str, warehouse: str) -> VersionedTable:
+    table = open_registered_table(spark, plane, name, warehouse)
+    if table is None:
         raise TransformationDefinitionError(f"table {name!r} is not registered in the delta catalog")
-    schema = StructType.fromJson(json.loads(spec.schema_json))
-    return VersionedTable(spark, plane, name, spec.primary_key, schema, warehouse=warehouse)
+    return table
 
 
 def _parse_reference(text: str) -> tuple[str, str, str]:
@@ -84,11 +82,11 @@ def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], refere
             f"transformation {transformation!r} has no offsets yet: name its inputs with --input"
         )
     spark = quiet_spark_session()
-    meta = open_registered_table(spark, plane, meta_table_name(transformation), warehouse)
+    meta = _registered(spark, plane, meta_table_name(transformation), warehouse)
     definition = Transformation(
         transformation_id=transformation,
-        inputs=[TransformInput(open_registered_table(spark, plane, name, warehouse)) for name in primary]
-        + [TransformInput(open_registered_table(spark, plane, table, warehouse), join_keys={p: r})
+        inputs=[TransformInput(_registered(spark, plane, name, warehouse)) for name in primary]
+        + [TransformInput(_registered(spark, plane, table, warehouse), join_keys={p: r})
            for table, p, r in refs],
         transform_keys=meta.primary_key,
         outputs=[meta],

@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from offset_assets.cli.base import clear_errors, main, open_control_plane
-from offset_assets.cli.init_offsets import open_registered_table
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, UnknownTableError
@@ -24,6 +23,7 @@ from offset_assets.versioned.maintenance import (
     cleanup,
     maintain,
 )
+from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -44,10 +44,10 @@ def _open(plane: ControlPlane, name: str, warehouse: str) -> VersionedTable:
     from offset_assets.spark import get_spark_session
 
     catalog = DeltaCatalog(plane)
-    if catalog.table_spec(name) is None:
+    table = open_registered_table(get_spark_session, plane, name, warehouse)
+    if table is None:
         known = ", ".join(catalog.tables()) or "none"
         raise UnknownTableError(f"no versioned table {name!r} in the delta catalog (tables: {known})")
-    table = open_registered_table(get_spark_session(), plane, name, warehouse)
     stray = next((path for path in sorted(catalog.data_paths(name)) if not path.startswith(f"{table.root}/")), None)
     if stray is not None:
         raise VersionedTableError(

@@ -1,7 +1,7 @@
 """Run leases: at most one run of a transformation at a time.
 
 A lease is a row per transformation with an expiry. The holder renews it while it works
-(`LeaseKeeper` does so from a daemon thread); a holder that died stops renewing and its
+(`LeaseKeeper` does so from a `HeartbeatThread`); a holder that died stops renewing and its
 lease expires, so the next run takes over instead of waiting forever. A holder on this
 host whose process no longer exists is treated as expired at once.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.heartbeat import HeartbeatThread
 from offset_assets.control_plane.schema import run_lease
 from offset_assets.errors import LeaseHeldError
 
@@ -131,7 +131,9 @@ class RunLeases:
 
 
 class LeaseKeeper:
-    """Holds a lease for the duration of a `with` block, renewing it in the background."""
+    """Holds a lease for the duration of a `with` block, renewing it in the background
+    (a `HeartbeatThread` renewing every third of the TTL; a failed renewal stops it: the
+    run notices a lost lease at commit time)."""
 
     def __init__(self, leases: RunLeases, transformation_id: str, holder: str,
                  ttl_s: float = DEFAULT_TTL_S) -> None:
@@ -139,28 +141,23 @@ class LeaseKeeper:
         self.transformation_id = transformation_id
         self.holder = holder
         self.ttl_s = ttl_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._heartbeat: HeartbeatThread | None = None
         self.lease: Lease | None = None
 
     def __enter__(self) -> LeaseKeeper:
         self.lease = self.leases.acquire(self.transformation_id, self.holder, self.ttl_s)
-        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
-                                        name=f"lease-{self.transformation_id}")
-        self._thread.start()
+        self._heartbeat = HeartbeatThread(self._renew, self.ttl_s / 3, f"lease-{self.transformation_id}",
+                                          stop_on_error=True, join_timeout_s=5)
+        self._heartbeat.start()
         return self
 
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            try:
-                self.lease = self.leases.renew(self.lease, self.ttl_s)
-            except Exception:  # noqa: BLE001 - the run notices a lost lease at commit time
-                return
+    def _renew(self) -> bool:
+        self.lease = self.leases.renew(self.lease, self.ttl_s)
+        return True
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if self.lease is not None:
             self.leases.release(self.lease)
 

@@ -31,7 +31,7 @@ Run controls, all visible in the Dagster UI:
 - run config `{"change_detection": "v1"}`: compute the changed index by full comparison;
 - tag `dagster/backfill` (every backfill run) or `offset_assets/reset`: reset the offsets
   and reprocess every key (see `backfill.py`).
-Every materialization carries the run's metadata (`metadata.run_metadata`); failed keys
+Every materialization carries the run's metadata (`run_report.run_metadata`); failed keys
 fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
 """
 
@@ -48,17 +48,17 @@ import dagster as dg
 from pydantic import Field
 from pyspark.sql import DataFrame
 
-from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
-from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.io_manager import report_idle_run, report_run
-from offset_assets.dagster_adapter.metadata import (
+from offset_assets.dagster_adapter.asset_spec import (
     FailedKeysPolicy,
     IncrementalAsset,
     IncrementalSpec,
-    column_schema,
     resolve_incremental,
     schema_json,
+    spec_metadata,
 )
+from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
+from offset_assets.dagster_adapter.run_report import observe_idle_run, run_events
 from offset_assets.engine.pending import idle_result
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import TransformFunction
@@ -154,7 +154,7 @@ def incremental_asset(
             name=name or fn.__name__,
             key_prefix=key_prefix,
             deps=[*spec.inputs.values(), *deps],
-            metadata={**_spec_metadata(spec), **(metadata or {})},
+            metadata={**spec_metadata(spec), **(metadata or {})},
             io_manager_key=io_manager_key,
             # A run that commits no output delta yields no materialization (see
             # `materialize_incremental`): downstream steps of the run are skipped.
@@ -223,7 +223,7 @@ def incremental_multi_asset(
             asset_outs[output_name] = dg.AssetOut(
                 key=out.key,
                 description=out.description,
-                metadata={**_spec_metadata(spec), **(out.metadata or {})},
+                metadata={**spec_metadata(spec), **(out.metadata or {})},
                 io_manager_key=io_manager_key,
                 # See incremental_asset: an output without a committed version yields nothing.
                 is_required=False,
@@ -263,10 +263,6 @@ def _upstream(fn: Callable[..., Any], ins: Mapping[str, str | Sequence[str] | dg
     return {p: dg.AssetKey.from_coercible((ins or {}).get(p, p)) for p in params}
 
 
-def _spec_metadata(spec: IncrementalSpec) -> dict[str, Any]:
-    return {**spec.to_metadata(), "dagster/column_schema": column_schema(spec.schema_json)}
-
-
 def _engine_body(fn: Callable[..., Any]) -> Callable[..., Iterator[dg.MaterializeResult]]:
     """The asset body both decorators share: resolve the asset, run the engine."""
 
@@ -289,7 +285,7 @@ def materialize_incremental(context: dg.AssetExecutionContext, config: Increment
     yields one per output that committed a version (a row written or deleted); otherwise
     (nothing to do, or every processed key left that output as it was) the output's
     metadata is an observation. Explicit requests (a reset, a key list) always
-    materialize every output: the user asked for them."""
+    materialize every output: the user asked for them (`run_report.run_events`)."""
     tags = context.run.tags
     reset = reset_reason(tags) if is_reset_run(tags) else None
     keys = config.changelist
@@ -306,8 +302,7 @@ def materialize_incremental(context: dg.AssetExecutionContext, config: Increment
         if idle is not None:
             context.log.info(f"{asset.transformation_id}: nothing to do (no input commit beyond "
                              "the offsets); no Spark session started")
-            for asset_key, metadata in report_idle_run(context, asset, idle, resource).items():
-                _observe(context, asset_key, metadata)
+            observe_idle_run(context, asset, idle, resource)
             return
     engine = resource.engine()
     transformation = resource.transformation(asset, _by_parameter(asset, fn))
@@ -317,21 +312,7 @@ def materialize_incremental(context: dg.AssetExecutionContext, config: Increment
     else:
         result = engine.run_full(transformation, run_id=context.run_id, change_detection=mode,
                                  reprocess_all=reset is not None)
-    materialized = [out.asset_key for out in asset.outputs
-                    if explicit or result.versions_written(out.table_name) > 0]
-    reports = report_run(context, asset, result, reset, resource, counted=materialized)
-    for out in asset.outputs:
-        if out.asset_key in materialized:
-            yield dg.MaterializeResult(asset_key=out.asset_key, metadata=reports[out.asset_key])
-        else:
-            context.log.info(f"{out.asset_key.to_user_string()}: no output changed; "
-                             "reported as an observation, downstream assets not woken")
-            _observe(context, out.asset_key, reports[out.asset_key])
-
-
-def _observe(context: dg.AssetExecutionContext, asset_key: dg.AssetKey,
-             metadata: dict[str, dg.MetadataValue]) -> None:
-    context.log_event(dg.AssetObservation(asset_key=asset_key, metadata=metadata))
+    yield from run_events(context, asset, result, reset, resource, explicit=explicit)
 
 
 def _parameters(fn: Callable[..., Any]) -> list[str]:

@@ -30,7 +30,7 @@ import dagster as dg
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
-from offset_assets.dagster_adapter.metadata import IncrementalAsset, resolve_incremental
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_incremental
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 
 DEFAULT_WARN_AFTER_S = 3600.0
@@ -179,24 +179,6 @@ def backlog_result(plane: ControlPlane, asset: IncrementalAsset, max_versions: i
     if stuck:
         problems.append(f"the oldest waiting {age:.0f} s (error from {error_age_s:g} s)")
     return _verdict(severity, problems, metadata, "no input versions beyond the offsets")
-
-
-def offset_lag_seconds(plane: ControlPlane, transformation_id: str,
-                       input_tables: Iterable[str]) -> dict[str, float | None]:
-    """Per input, how far its offset lags behind its newest non-empty commit, in seconds
-    of commit time (0 when nothing committed is beyond the offset; None without an
-    offset). Unlike the offset's age, this stays 0 while an input receives nothing."""
-    offsets = OffsetRepository(plane).get_offsets_for_transformation(transformation_id)
-    catalog = DeltaCatalog(plane)
-    lags: dict[str, float | None] = {}
-    for name in input_tables:
-        offset = offsets.get(name)
-        if offset is None:
-            lags[name] = None
-            continue
-        beyond = [d.commit_ts for d in catalog.committed_beyond(name, offset)]
-        lags[name] = max(beyond) - offset if beyond else 0.0
-    return lags
 
 
 def _verdict(severity: dg.AssetCheckSeverity | None, problems: list[str],

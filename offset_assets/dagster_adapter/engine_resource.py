@@ -24,14 +24,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, UnknownTableError
+from offset_assets.control_plane.delta_catalog import UnknownTableError
 from offset_assets.control_plane.leases import DEFAULT_TTL_S
-from offset_assets.dagster_adapter.metadata import IncrementalAsset, table_name_for
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
+from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
 
 ENGINE_RESOURCE_KEY = "incremental_engine"
@@ -88,14 +89,18 @@ class IncrementalEngineResource(dg.ConfigurableResource):
     def table(self, asset_key: dg.AssetKey) -> VersionedTable:
         """The versioned table of an asset, as registered in the delta catalog."""
         name = table_name_for(asset_key)
-        spec = DeltaCatalog(self.control_plane()).table_spec(name)
-        if spec is None:
+        table = self.registered_table(name)
+        if table is None:
             raise UnknownTableError(
                 f"asset {asset_key.to_user_string()} has no versioned table {name!r} in the "
                 "delta catalog yet: materialize it first"
             )
-        schema = StructType.fromJson(json.loads(spec.schema_json))
-        return self.versioned_table(name, spec.primary_key, schema)
+        return table
+
+    def registered_table(self, name: str) -> VersionedTable | None:
+        """The versioned table `name` as the delta catalog registered it, or None (no
+        Spark session is started for a table that is not registered)."""
+        return open_registered_table(lambda: self.spark_session, self.control_plane(), name, self.warehouse)
 
     def versioned_table(self, name: str, primary_key: list[str], schema: StructType) -> VersionedTable:
         return VersionedTable(self.spark_session, self.control_plane(), name, primary_key, schema,

@@ -43,9 +43,9 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog, JobStatus
+from offset_assets.dagster_adapter.asset_spec import TABLE_KEY, table_name_for
 from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.metadata import TABLE_KEY, table_name_for
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.partitions import (
     range_for_partition,

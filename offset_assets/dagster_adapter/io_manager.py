@@ -1,7 +1,7 @@
 """`OffsetIOManager`: Dagster inputs and outputs as versioned tables, read incrementally.
 
 What it does depends on the asset it serves, told by the asset's definition metadata
-(`metadata.IncrementalSpec`, set by `incremental_metadata(...)` or `incremental_asset`):
+(`asset_spec.IncrementalSpec`, set by `incremental_metadata(...)` or `incremental_asset`):
 
 - **loading an input of an incremental asset**: the first input loaded opens an engine
   run of the asset's transformation (lease, snapshot, changed index over *all* its
@@ -10,7 +10,7 @@ What it does depends on the asset it serves, told by the asset's definition meta
   A run tagged `dagster/backfill` or `offset_assets/reset` resets the offsets first.
 - **handling the output of an incremental asset**: the frame replaces the output of
   the processed keys; outputs, meta and offsets commit in one control-plane
-  transaction; the run's numbers become the materialization metadata.
+  transaction; the run's numbers become the materialization metadata (`run_report.py`).
 - **loading a versioned table into anything else** (a report, a plain asset, an op):
   its actual state, `VersionedTable.read_actual()`.
 - **handling the output of a plain asset**: the frame is written as one delta of the
@@ -31,7 +31,6 @@ what `incremental_asset` does (see `assets.py`), on top of the same IO manager.
 # from its field annotations, which must be real types, not strings.
 
 import json
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,25 +39,17 @@ from pydantic import Field, PrivateAttr
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from offset_assets.dagster_adapter.backfill import OFFSETS_RESET_TAG_PREFIX, is_reset_run, reset_reason
-from offset_assets.dagster_adapter.checks import offset_lag_seconds
-from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.metadata import (
+from offset_assets.dagster_adapter.asset_spec import (
     IncrementalAsset,
     TableSpecMetadata,
-    check_failed_keys,
-    output_view,
-    reset_offsets_text,
     resolve_incremental,
-    run_metadata,
-    run_summary,
     table_name_for,
 )
-from offset_assets.engine.result import RunResult
+from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
+from offset_assets.dagster_adapter.run_report import report_run
 from offset_assets.engine.runner import TransformationRun
-from offset_assets.engine.transformation import (
-    TransformFunction,
-)
+from offset_assets.engine.transformation import TransformFunction
 
 
 @dataclass
@@ -189,52 +180,6 @@ class OffsetIOManager(dg.ConfigurableIOManager):
             "rows_deleted": dg.MetadataValue.int(info.rows_deleted or 0),
             "commit_ts": dg.MetadataValue.timestamp(info.commit_ts),
         })
-
-
-def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: IncrementalAsset,
-               result: RunResult, reset: str | None, engine: IncrementalEngineResource,
-               counted: Collection[dg.AssetKey] | None = None,
-               ) -> dict[dg.AssetKey, dict[str, dg.MetadataValue]]:
-    """Log the run, build each output asset's metadata and apply the failed-keys policy
-    (raises `Failure`). `dagster/row_count` (one Spark job over the table, when the
-    resource's `row_count` is on) only for the outputs in `counted` (default: every one):
-    an output the run left as it was keeps its count.
-
-    A reset also tags the Dagster run, `offset_assets/offsets_reset.<transformation>` =
-    the reason (`backfill <id>`, `tag offset_assets/reset=true`): short, so the runs list
-    of a backfill shows it whole; which offsets were reset, and their old values, are in
-    the materialization metadata (`offsets_reset`) and the run log."""
-    lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
-    by_output = {
-        out.asset_key: run_metadata(
-            output_view(result, out.table_name, asset.output_tables), output_tables=[out.table_name],
-            reset_reason=reset, offset_lag_s=lags,
-            row_count=(engine.table(out.asset_key).read_actual().count()
-                       if engine.row_count and (counted is None or out.asset_key in counted) else None))
-        for out in asset.outputs
-    }
-    context.log.info(run_summary(result, reset))
-    if reset is not None:
-        context.log.warning(
-            f"{asset.asset_key.to_user_string()}: {reset}: offsets reset "
-            f"({reset_offsets_text(result)}) and every key reprocessed"
-        )
-        instance = context.step_context.instance if isinstance(context, dg.OutputContext) else context.instance
-        instance.add_run_tags(context.run_id, {f"{OFFSETS_RESET_TAG_PREFIX}{asset.transformation_id}": reset})
-    check_failed_keys(result, asset.spec.on_failed_keys, by_output[asset.asset_key], context.log)
-    if isinstance(context, dg.OutputContext):
-        context.add_output_metadata(by_output[asset.asset_key])
-    return by_output
-
-
-def report_idle_run(context: dg.AssetExecutionContext, asset: IncrementalAsset, result: RunResult,
-                    engine: IncrementalEngineResource) -> dict[dg.AssetKey, dict[str, dg.MetadataValue]]:
-    """Each output asset's metadata of a run the control plane answered (nothing to do):
-    the same entries as any run, without the row count, which would need Spark."""
-    lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
-    context.log.info(run_summary(result, None))
-    return {out.asset_key: run_metadata(result, output_tables=[out.table_name], offset_lag_s=lags)
-            for out in asset.outputs}
 
 
 def _consumer(context: dg.InputContext) -> IncrementalAsset | None:

@@ -1,9 +1,15 @@
-"""`OffsetStore`: the offset repository as a Dagster resource."""
+"""`OffsetStore`: the committed offsets as a Dagster resource, its API delegating to
+`control_plane/offsets.py` (`OffsetRepository`) and the engine's offset initialisation.
+
+The store holds no offset logic of its own: each method opens the repository of its
+control plane (`db_url`) and calls the method of the same name, so the store and a
+caller of the repository (the engine, the checks, the CLI) can never disagree.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
@@ -12,6 +18,9 @@ from sqlalchemy import Connection
 from offset_assets.config import default_db_url
 from offset_assets.control_plane.database import ControlPlane, connect
 from offset_assets.control_plane.offsets import OffsetKey, OffsetRepository
+
+if TYPE_CHECKING:  # the engine imports Spark: only the method that needs it imports it
+    from offset_assets.engine.transformation import Transformation
 
 
 class OffsetStore(dg.ConfigurableResource):
@@ -33,7 +42,10 @@ class OffsetStore(dg.ConfigurableResource):
         return connect(self.db_url or default_db_url())
 
     def repository(self) -> OffsetRepository:
+        """The offset repository of this control plane; every offset method below is its own."""
         return OffsetRepository(self.control_plane())
+
+    # -- OffsetRepository, by name ------------------------------------------------------
 
     def get_offsets_for_transformation(
         self, transformation_id: str, conn: Connection | None = None
@@ -68,3 +80,15 @@ class OffsetStore(dg.ConfigurableResource):
         return self.repository().get_statistics(
             now, transformation_id=transformation_id, conn=conn
         )
+
+    # -- the engine's initialisation from meta ------------------------------------------
+
+    def initialize_offsets_from_transform_meta(self, transformation: Transformation) -> dict[str, float]:
+        """`IncrementalEngine.initialize_offsets_from_transform_meta` on this control plane,
+        with the Spark session of the transformation's tables: set the offsets of a
+        transformation that ran without them from its meta, so that switching to offsets
+        redoes no work (never lowers an existing offset)."""
+        from offset_assets.engine.runner import IncrementalEngine
+
+        spark = transformation.outputs[0].spark
+        return IncrementalEngine(spark, self.control_plane()).initialize_offsets_from_transform_meta(transformation)

@@ -38,7 +38,7 @@ import dagster as dg
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
 from offset_assets.control_plane.offsets import OffsetRepository
-from offset_assets.dagster_adapter.metadata import IncrementalAsset, resolve_incremental
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_incremental
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 
 # The default automation condition sensor evaluates every 30 s: four intervals.

@@ -8,12 +8,11 @@ died (silent for `stale_after_s`, or its run reported dead) is taken over.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
+from offset_assets.control_plane.heartbeat import HeartbeatThread
 from offset_assets.control_plane.job_log import DEFAULT_STALE_AFTER_S, Claim, JobLog
 from offset_assets.ranges.planners import DataRange, check_order
 
@@ -66,42 +65,14 @@ def claim_range(
     )
 
 
-class Heartbeat:
+class Heartbeat(HeartbeatThread):
     """Context manager: heartbeats the claimed row from a daemon thread until exit.
 
     `lost` turns true when a heartbeat finds the row taken over; the holder's final
     `mark_success(run_id=...)` fails in that case anyway, so nothing is committed twice.
+    A failed beat (`error`) is retried at the next one.
     """
 
     def __init__(self, log: JobLog, claim: Claim, interval_s: float) -> None:
-        self._log = log
-        self._claim = claim
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name=f"heartbeat-{claim.job_name}-{claim.job_id}", daemon=True
-        )
-        self.lost = False
-        self.error: BaseException | None = None
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                if not self._log.heartbeat(self._claim.job_id, self._claim.run_id):
-                    self.lost = True
-                    return
-            except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the claim decides
-                self.error = exc
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__(lambda: log.heartbeat(claim.job_id, claim.run_id), interval_s,
+                         f"heartbeat-{claim.job_name}-{claim.job_id}")

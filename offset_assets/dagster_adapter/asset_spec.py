@@ -1,12 +1,13 @@
-"""Dagster metadata, both ways: what an incremental asset declares, and what a run did.
+"""What an asset declares before any run: the incremental spec, the table of a plain
+asset, column schema and naming, as Dagster definition metadata.
 
-Declared (definition metadata): an incremental asset carries its transformation spec
-(transform keys, output primary key and schema, join keys of reference inputs, batch
-and commit options) under the key `offset_assets/incremental`. The IO manager, the
-asset checks and the sensor read it from the asset definition, so a plain `@dg.asset`
-becomes incremental by carrying it (`incremental_metadata(...)`) and the decorator is
-only a shorthand. The spec is plain JSON (the schema as Spark's JSON string), so checks
-and sensors read it without Spark.
+An incremental asset carries its transformation spec (transform keys, output primary
+key and schema, join keys of reference inputs, batch and commit options) under the key
+`offset_assets/incremental`. The IO manager, the asset checks and the sensor read it
+from the asset definition, so a plain `@dg.asset` becomes incremental by carrying it
+(`incremental_metadata(...)`) and the decorator is only a shorthand. The spec is plain
+JSON (the schema as Spark's JSON string), so checks and sensors read it without Spark.
+A plain asset written by the IO manager declares its table with `table_metadata(...)`.
 
 Naming: an asset's versioned table, and its transformation id, are the asset key as a
 Python identifier (`["sales", "orders"]` -> `sales__orders`). One rule, used
@@ -15,23 +16,17 @@ multi-asset (`incremental_multi_asset`) is one transformation with several outpu
 output asset's spec names the shared transformation id (the multi-asset's name), and its
 table is still its own key as an identifier.
 
-Observed (materialization metadata): `run_metadata(result)` turns the engine's
-`RunResult` into flat, typed entries (`rows_read.posts`, `offset_after.posts`, ...);
-the Dagster UI plots the numeric ones across materializations (the Plots view of the
-Metadata section on the asset's Overview).
+What a run did (materialization metadata, summary, events) is `run_report.py`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import dagster as dg
-
-from offset_assets.engine.result import RunResult
 
 SPEC_KEY = "offset_assets/incremental"
 TABLE_KEY = "offset_assets/table"
@@ -214,6 +209,11 @@ def incremental_metadata(
         change_detection=change_detection,
         on_failed_keys=on_failed_keys,
     )
+    return spec_metadata(spec)
+
+
+def spec_metadata(spec: IncrementalSpec) -> dict[str, Any]:
+    """The definition metadata of an incremental asset: its spec and its column schema."""
     return {**spec.to_metadata(), "dagster/column_schema": column_schema(spec.schema_json)}
 
 
@@ -280,162 +280,6 @@ def column_schema(schema_json_text: str) -> dg.TableSchema:
             for f in fields
         ]
     )
-
-
-def run_label(result: RunResult, reset_reason: str | None) -> str:
-    """What kind of run it was, in the words of the UI: `incremental` (only what changed
-    since the offsets), `reprocess` (every key, after an offset reset) or `changelist`."""
-    if result.mode == "changelist":
-        return "changelist"
-    return "reprocess" if reset_reason is not None else "incremental"
-
-
-def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
-                 reset_reason: str | None = None, row_count: int | None = None,
-                 offset_lag_s: Mapping[str, float | None] | None = None,
-                 ) -> dict[str, dg.MetadataValue]:
-    """Materialization metadata of one engine run, every entry typed.
-
-    Counts are on every run (zeros included), so the UI plots them across
-    materializations. An entry without a value is left out, never shown as null or `{}`:
-    no `offset_before.X` before an input's first offset (or after a reset), no
-    `delta.X` when nothing was committed, `offsets_reset` only on a reset run that
-    replaced offsets. Two clocks are named apart: `run_started_at`/`run_finished_at` are
-    the run's wall clock; `inputs_committed_up_to` is the snapshot's commit clock (the
-    keys' process_ts): the run read every input commit up to it, which on a quiet input
-    is long before the run."""
-    metadata: dict[str, dg.MetadataValue] = {
-        "mode": dg.MetadataValue.text(run_label(result, reset_reason)),
-        "change_detection": dg.MetadataValue.text(result.change_detection),
-        "commit_mode": dg.MetadataValue.text(result.commit_mode),
-        "changed_keys": dg.MetadataValue.int(result.changed_keys),
-        "processed_keys": dg.MetadataValue.int(result.processed_keys),
-        "failed_keys": dg.MetadataValue.int(result.failed_keys),
-        "batches": dg.MetadataValue.int(result.batches),
-        "batches_failed": dg.MetadataValue.int(result.batches_failed),
-        "duration_s": dg.MetadataValue.float(round(result.duration_s, 3)),
-    }
-    if result.started_at is not None:
-        metadata["run_started_at"] = dg.MetadataValue.timestamp(result.started_at)
-    if result.finished_at is not None:
-        metadata["run_finished_at"] = dg.MetadataValue.timestamp(result.finished_at)
-    metadata["inputs_committed_up_to"] = dg.MetadataValue.timestamp(result.process_ts)
-    metadata["engine_run_id"] = dg.MetadataValue.text(result.run_id)
-    if row_count is not None:
-        metadata["dagster/row_count"] = dg.MetadataValue.int(row_count)
-    for name in sorted({*result.snapshot_deltas, *result.rows_read}):
-        metadata[f"rows_read.{name}"] = dg.MetadataValue.int(result.rows_read.get(name, 0))
-    for name in sorted({*output_tables, *result.rows_written, *result.rows_deleted}):
-        metadata[f"rows_written.{name}"] = dg.MetadataValue.int(result.rows_written.get(name, 0))
-        metadata[f"rows_deleted.{name}"] = dg.MetadataValue.int(result.rows_deleted.get(name, 0))
-    for name in sorted({*result.snapshot_deltas, *result.offsets_before, *result.offsets_after}):
-        if name in result.offsets_before:
-            metadata[f"offset_before.{name}"] = dg.MetadataValue.timestamp(result.offsets_before[name])
-        if name in result.offsets_after:
-            metadata[f"offset_after.{name}"] = dg.MetadataValue.timestamp(result.offsets_after[name])
-    for name, lag in sorted((offset_lag_s or {}).items()):
-        if lag is not None:
-            metadata[f"offset_lag_s.{name}"] = dg.MetadataValue.float(round(lag, 3))
-    for name, delta in sorted(result.snapshot_deltas.items()):
-        metadata[f"input_delta.{name}"] = dg.MetadataValue.int(delta)
-    for name in sorted({*output_tables, *result.deltas}):
-        deltas = result.deltas.get(name, [])
-        if deltas:
-            metadata[f"delta.{name}"] = dg.MetadataValue.int(max(deltas))
-        metadata[f"deltas_committed.{name}"] = dg.MetadataValue.int(len(deltas))
-    if reset_reason is not None:
-        metadata["reset_reason"] = dg.MetadataValue.text(reset_reason)
-        if result.offsets_reset:
-            metadata["offsets_reset"] = dg.MetadataValue.json(
-                {name: iso_utc(ts) for name, ts in sorted(result.offsets_reset.items())})
-    if result.errors:
-        metadata["errors"] = dg.MetadataValue.md(
-            "\n".join(f"- `{error.splitlines()[0][:300]}`" for error in result.errors)
-        )
-    metadata["summary"] = dg.MetadataValue.md(run_summary(result, reset_reason))
-    return metadata
-
-
-def output_view(result: RunResult, table: str, output_tables: Sequence[str]) -> RunResult:
-    """The run as the asset of output `table` reports it: the rows written and deleted
-    and the deltas of its own table, none of its sibling outputs' (the meta delta stays:
-    it is the transformation's)."""
-    siblings = set(output_tables) - {table}
-    if not siblings:
-        return result
-
-    def own(by_table: dict[str, Any]) -> dict[str, Any]:
-        return {name: value for name, value in by_table.items() if name not in siblings}
-
-    return replace(result, rows_written=own(result.rows_written),
-                   rows_deleted=own(result.rows_deleted), deltas=own(result.deltas))
-
-
-def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
-    """The run in a few Markdown lines a person reads: what was processed and why, which
-    input commits it read, and how each input's offset moved (as UTC dates)."""
-    label = run_label(result, reset_reason)
-    lines = [
-        f"**{label}** run of `{result.transformation_id}` ({result.change_detection}, "
-        f"commit {result.commit_mode}): processed {result.processed_keys} of "
-        f"{result.changed_keys} changed key(s) in {result.batches} batch(es), "
-        f"{result.failed_keys} failed, in {result.duration_s:.1f} s.",
-        f"Read the inputs as committed up to {iso_utc(result.process_ts)}.",
-    ]
-    if reset_reason is not None:
-        lines.append(f"Offsets reset by {reset_reason}: {reset_offsets_text(result)}.")
-    lines.append("")
-    lines.append("| input | rows read | offset before | offset after |")
-    lines.append("|---|---|---|---|")
-    for name in sorted({*result.snapshot_deltas, *result.rows_read}):
-        lines.append(f"| {name} | {result.rows_read.get(name, 0)} | "
-                     f"{_offset_before_text(result, name)} | "
-                     f"{_date(result.offsets_after.get(name))} |")
-    written = ", ".join(f"{name} {result.rows_written.get(name, 0)} written, "
-                        f"{result.rows_deleted.get(name, 0)} deleted"
-                        for name in sorted({*result.rows_written, *result.rows_deleted}))
-    if written:
-        lines += ["", f"Output: {written}."]
-    return "\n".join(lines)
-
-
-def reset_offsets_text(result: RunResult) -> str:
-    """The offsets a reset replaced, as `input (was date)`, for the summary and the log."""
-    return ", ".join(f"{name} (was {iso_utc(ts)})"
-                     for name, ts in sorted(result.offsets_reset.items())) or "none were set"
-
-
-def iso_utc(epoch_seconds: float) -> str:
-    """An epoch time as an ISO 8601 UTC date with microseconds (offsets are that precise)."""
-    moment = datetime.fromtimestamp(epoch_seconds, tz=UTC)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _date(value: float | None) -> str:
-    return "none" if value is None else iso_utc(value)
-
-
-def _offset_before_text(result: RunResult, name: str) -> str:
-    if name in result.offsets_reset:
-        return f"reset (was {iso_utc(result.offsets_reset[name])})"
-    return _date(result.offsets_before.get(name))
-
-
-def check_failed_keys(result: RunResult, policy: FailedKeysPolicy,
-                      metadata: Mapping[str, dg.MetadataValue], log: Any) -> None:
-    """Failed keys never pass silently: `raise` fails the step with `dg.Failure` (the
-    run's metadata attached), `warn` logs a warning and lets the materialization stand.
-    Either way the keys are recorded as failed in meta and retried by later runs."""
-    if result.failed_keys == 0:
-        return
-    message = (
-        f"{result.transformation_id}: {result.failed_keys} key(s) failed in "
-        f"{result.batches_failed} batch(es); they are retried by the next run: "
-        + "; ".join(error.splitlines()[0][:300] for error in result.errors)
-    )
-    if policy == "raise":
-        raise dg.Failure(description=message, metadata=dict(metadata))
-    log.warning(message)
 
 
 def _raw(value: Any) -> Any:
