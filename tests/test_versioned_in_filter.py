@@ -62,9 +62,10 @@ def test_in_values_selects_the_rows_isin_selects(spark, case, escaped_literals):
         spark.conf.unset("spark.sql.parser.escapedStringLiterals")
 
 
-def test_in_values_is_one_sql_expression_for_strings_and_numbers():
+@pytest.mark.quick
+def test_in_values_is_one_sql_expression_for_strings_and_numbers(spark):
     """Strings with quotes or backslashes are spelled in hex: the same bytes whatever the
-    parser's escape setting."""
+    parser's escape setting. (A Column is built by the JVM: the session must be running.)"""
     assert str(in_values("id", ["k1", "it's"])) == (
         "Column<'`id` IN ('k1', CAST(X'69742773' AS STRING))'>"
     )
