@@ -23,7 +23,7 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
 from offset_assets.versioned.commit import commit_deltas
-from offset_assets.versioned.table import HotDelta
+from offset_assets.versioned.hot_delta import HotDelta
 
 
 def offsets_after(snapshot_commit_ts: Mapping[str, float], offsets_before: Mapping[str, float],

@@ -55,7 +55,8 @@ from offset_assets.ranges.planners import (
 )
 from offset_assets.ranges.sources import RangeSource, SourceBatch
 from offset_assets.versioned.commit import commit_deltas
-from offset_assets.versioned.table import HotDelta, VersionedTable
+from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import validate_table_name
 
 TARGET_TYPE = "versioned_table"

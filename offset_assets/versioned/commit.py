@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, OnCommit
 from offset_assets.versioned.errors import VersionedTableError
-from offset_assets.versioned.table import HotDelta
+from offset_assets.versioned.hot_delta import HotDelta
 
 
 def commit_deltas(hot_deltas: Sequence[HotDelta], on_commit: OnCommit | None = None) -> float:
@@ -20,8 +20,7 @@ def commit_deltas(hot_deltas: Sequence[HotDelta], on_commit: OnCommit | None = N
     Returns the commit timestamp, which is the `update_ts` of every version written.
     On any error nothing is committed and the deltas stay hot (commit or roll back again).
     """
-    for hot in hot_deltas:
-        hot._check_open("commit")
+    entries = [hot.commit_entry() for hot in hot_deltas]
     planes = {hot.table.plane.url for hot in hot_deltas}
     if len(planes) > 1:
         names = [hot.table.name for hot in hot_deltas]
@@ -32,10 +31,7 @@ def commit_deltas(hot_deltas: Sequence[HotDelta], on_commit: OnCommit | None = N
     if not hot_deltas:
         raise ValueError("commit_deltas needs at least one hot delta")
     catalog = DeltaCatalog(hot_deltas[0].table.plane)
-    commit_ts = catalog.commit(
-        [(hot.table.name, hot.delta_num, hot.rows_upserted, hot.rows_deleted, hot.data_path) for hot in hot_deltas],
-        on_commit=on_commit,
-    )
+    commit_ts = catalog.commit(entries, on_commit=on_commit)
     for hot in hot_deltas:
-        hot._mark_committed(commit_ts)
+        hot.mark_committed(commit_ts)
     return commit_ts
