@@ -5,7 +5,7 @@ delta inserts new keys, updates and deletes some existing ones), then measures:
 - the actual read (every row materialised),
 - a filtered actual read (1,000 keys by `where_in`, the engine's filtered join),
 - changes-since reads of the last delta and of the last 10 deltas (files opened too),
-before and after `compact()`. Prints a table and writes `bench/out/versioned_reads.json`.
+before and after `compact(table)`. Prints a table and writes `bench/out/versioned_reads.json`.
 
     .venv/bin/python -m bench.versioned_reads            # 1M rows, 100 deltas
     .venv/bin/python -m bench.versioned_reads --rows 100000 --deltas 20   # quick look
@@ -28,6 +28,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 from offset_assets.control_plane import connect
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned import VersionedTable
+from offset_assets.versioned.compaction import compact
 
 OUT = Path(__file__).parent / "out"
 SCHEMA = StructType(
@@ -135,7 +136,7 @@ def main() -> None:
 
         before = measure_reads(table, args.repeat)
         start = time.perf_counter()
-        table.compact()
+        compact(table)
         compaction_s = time.perf_counter() - start
         after = measure_reads(table, args.repeat)
 

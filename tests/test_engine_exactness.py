@@ -54,6 +54,8 @@ from offset_assets.engine.meta import meta_table
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation
 from offset_assets.spark import get_spark_session
+from offset_assets.versioned.compaction import compact
+from offset_assets.versioned.maintenance import cleanup
 from tests.engine_story import World, count_posts, enrich, make_world, rows_of
 
 HISTORIES = int(os.environ.get("EXACTNESS_HISTORIES", "50"))
@@ -353,7 +355,7 @@ class ExactnessMachine(RuleBasedStateMachine):
             "output": self.world.enriched if self.target_name == "enriched_posts" else self.world.stats,
             "meta": meta_table(self.world.spark, self.plane, self.transformation()),
         }
-        tables[which].compact()
+        compact(tables[which])
 
     # -- after every step ---------------------------------------------------------------
 
@@ -559,8 +561,8 @@ def test_issue_history_1_reinsert_under_another_user_after_compactions_and_reset
     run_both()  # the crashed run of the issue crashed nowhere: it is a run with nothing to do
     for table in (world.profiles, meta_table(world.spark, world.posts.plane, enriched),
                   meta_table(world.spark, world.posts.plane, stats)):
-        table.compact()
-        table.cleanup(min_age_seconds=0)
+        compact(table)
+        cleanup(table, 0)
     run_both()
     engine.run_changelist(stats, [{"user_id": 1}])
     delete_with_junk(world, {9: 4})

@@ -19,6 +19,7 @@ from offset_assets.control_plane import connect
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.errors import HotDeltaHeldError
 from offset_assets.versioned.layout import WarehouseFiles
+from offset_assets.versioned.maintenance import cleanup
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.sigkill  # each test SIGKILLs a child process it started
@@ -122,7 +123,7 @@ def test_a_writer_killed_while_writing_files_exposes_nothing(spark, sqlite_url, 
 
     assert orders.rollback_hot().holder == "doomed-writer"
     assert not WarehouseFiles().exists(data_path)
-    orders.cleanup(min_age_seconds=0)
+    cleanup(orders, 0)
     after = orders.write_delta(spark.createDataFrame([(3, "next")], SCHEMA))
     assert after.delta_num == 2
     assert committed_state(orders) == [(1, "committed", 1), (2, "committed", 1), (3, "next", 2)]

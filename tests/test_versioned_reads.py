@@ -11,7 +11,9 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect, database
 from offset_assets.versioned import VersionedTable
+from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.layout import WarehouseFiles
+from offset_assets.versioned.maintenance import cleanup
 
 SCHEMA = StructType(
     [StructField("id", LongType(), False), StructField("kind", StringType()), StructField("v", LongType())]
@@ -117,8 +119,8 @@ def test_compaction_reads_the_snapshot_plus_later_deltas_and_keeps_every_read_ex
     expected = {n: actual(table.read_actual(as_of_delta=n)) for n in (1, 2, 3)}
     history = sorted(tuple(r) for r in table.read_changes_since(0).collect())
 
-    assert table.compact() == 3
-    assert table.compact() == 3  # nothing new to compact: no second snapshot
+    assert compact(table) == 3
+    assert compact(table) == 3  # nothing new to compact: no second snapshot
     assert len(table.catalog.snapshots("events")) == 1
     deltas += write_history(spark, table, HISTORY[3:])
 
@@ -153,8 +155,8 @@ def test_cleanup_removes_only_unreferenced_folders_older_than_the_grace_period(s
     spark.range(1).write.parquet(stray_snapshot)
     files = WarehouseFiles()
 
-    assert table.cleanup() == []  # younger than the default grace period: maybe still being written
-    removed = table.cleanup(min_age_seconds=0)
+    assert cleanup(table).removed_paths == []  # younger than the default grace period: maybe still being written
+    removed = cleanup(table, 0).removed_paths
     assert sorted(folder(p) for p in removed) == sorted([folder(crashed.data_path), folder(stray_snapshot)])
     assert not files.exists(crashed.data_path) and not files.exists(stray_snapshot)
     assert files.exists(kept.data_path)

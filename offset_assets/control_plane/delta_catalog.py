@@ -6,8 +6,9 @@ never seen, whatever lies in the warehouse. This module is SQL only (no Spark).
 
 Commit is one transaction on the control plane: the commit clock is bumped (its row
 update serialises commits on both backends), every hot delta of the commit becomes
-`committed` with that one timestamp, and the caller's `on_commit` writes its own rows
-(offsets, job_log) in the same transaction. Either all of it is visible or none.
+`committed` with that one timestamp, and the caller writes its own rows (offsets,
+job_log) in the same transaction (its `conn`, or an `on_commit` hook). Either all of it
+is visible or none.
 """
 
 from __future__ import annotations
@@ -217,21 +218,23 @@ class DeltaCatalog:
             f"table {table_name!r}: could not open a hot delta after {OPEN_ATTEMPTS} attempts (concurrent writers)"
         )
 
-    def commit(self, hot: Sequence[HotCommit], on_commit: OnCommit | None = None) -> float:
+    def commit(self, hot: Sequence[HotCommit], on_commit: OnCommit | None = None,
+               conn: Connection | None = None) -> float:
         """Commit hot deltas of one or more tables in ONE transaction; returns commit_ts.
 
         Each item is (table, delta_num, rows_upserted, rows_deleted), optionally with the
         delta's data_path as a fifth element: the commit is then refused if the hot row
         was rolled back and reopened by someone else meanwhile. On any error (including
-        from `on_commit`) nothing is committed and the deltas stay hot.
+        from `on_commit`) nothing is committed and the deltas stay hot. With `conn` the
+        commit joins the caller's transaction, and is visible once that one commits.
         """
         seen: set[tuple[str, int]] = set()
         for item in hot:
             if (item[0], item[1]) in seen:
                 raise DeltaNotHotError(f"table {item[0]!r}: delta {item[1]} listed twice in one commit")
             seen.add((item[0], item[1]))
-        with self.plane.begin() as conn:
-            commit_ts = self.bump_clock(conn)
+        with self.plane.within(conn) as tx:
+            commit_ts = self.bump_clock(tx)
             for item in hot:
                 table_name, delta_num, rows_upserted, rows_deleted = item[:4]
                 query = table_delta.update().where(
@@ -241,7 +244,7 @@ class DeltaCatalog:
                 )
                 if len(item) > 4:
                     query = query.where(table_delta.c.data_path == item[4])
-                result = conn.execute(
+                result = tx.execute(
                     query.values(
                         status=COMMITTED,
                         commit_ts=commit_ts,
@@ -251,9 +254,9 @@ class DeltaCatalog:
                 )
                 if result.rowcount != 1:
                     path = item[4] if len(item) > 4 else None
-                    raise DeltaNotHotError(self._not_hot_message(conn, table_name, delta_num, path))
+                    raise DeltaNotHotError(self._not_hot_message(tx, table_name, delta_num, path))
             if on_commit is not None:
-                on_commit(conn, commit_ts)
+                on_commit(tx, commit_ts)
         return commit_ts
 
     @staticmethod

@@ -1,6 +1,8 @@
 """Committing a run's work: outputs, meta and offsets in one control-plane transaction.
 
-What goes into the transaction besides the deltas (`on_commit`):
+The deltas' commit transaction (`commit_transaction`) is opened here and the plan's
+rows are written into it by this module itself, so nothing calls back into the engine.
+What goes into the transaction besides the deltas:
 - the lease check (a run whose lease was taken over commits nothing);
 - a backfill's offset reset and, in batch mode, its reprocess request, in its first commit;
 - offsets: per input the last delta the run read, in batch mode never past the oldest
@@ -22,8 +24,8 @@ from offset_assets.control_plane.leases import assert_lease_held
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
-from offset_assets.versioned.commit import commit_deltas
-from offset_assets.versioned.table import HotDelta
+from offset_assets.versioned.commit import commit_transaction
+from offset_assets.versioned.hot_delta import HotDelta
 
 
 def offsets_after(snapshot_commit_ts: Mapping[str, float], offsets_before: Mapping[str, float],
@@ -64,37 +66,38 @@ class CommitPlan:
 def commit_run_work(plane, hots: Sequence[HotDelta], meta_hot: HotDelta | None, plan: CommitPlan,  # noqa: ANN001
                     ) -> float | None:
     """Commit `hots` (outputs and meta) and `plan` in one transaction; None when there was
-    nothing to commit."""
-    tid = plan.transformation_id
-
-    def on_commit(conn: Connection, commit_ts: float) -> None:
-        assert_lease_held(conn, tid, plan.lease_holder)
-        offsets = OffsetRepository(plane)
-        if plan.reset_offsets:
-            offsets.reset_offset(tid, conn=conn)
-        if plan.reprocess_request_ts is not None:
-            ReprocessRequests(plane).record(tid, plan.reprocess_request_ts, conn)
-        if plan.offsets:
-            offsets.update_offsets_bulk({(tid, name): value for name, value in plan.offsets.items()}, conn=conn)
-        failures = FailedDeltas(plane)
-        if plan.final:
-            failures.drop(tid, plan.drop_failed_deltas, conn)
-            if plan.complete_request_ts is not None:
-                ReprocessRequests(plane).complete(tid, plan.complete_request_ts, conn)
-            settled = SettledSnapshots(plane)
-            if plan.settled is not None:
-                settled.record(tid, plan.settled, conn)
-            else:
-                settled.forget(tid, conn)
-        if meta_hot is not None and plan.failed_meta_keys:
-            failures.add(tid, meta_hot.delta_num, plan.failed_meta_keys, conn)
-
+    nothing to commit. On any error nothing is committed and the deltas stay hot."""
     all_hots = [*hots, *([meta_hot] if meta_hot is not None else [])]
     if all_hots:
-        return commit_deltas(all_hots, on_commit=on_commit)
+        with commit_transaction(all_hots) as commit:
+            _write_plan(plane, commit.conn, plan, meta_hot)
+        return commit.commit_ts
     if plan.writes():
         with plane.begin() as conn:
-            on_commit(conn, 0.0)
+            _write_plan(plane, conn, plan, None)
     return None
 
 
+def _write_plan(plane, conn: Connection, plan: CommitPlan, meta_hot: HotDelta | None) -> None:  # noqa: ANN001
+    """The plan's control-plane rows, written in the commit transaction `conn`."""
+    tid = plan.transformation_id
+    assert_lease_held(conn, tid, plan.lease_holder)
+    offsets = OffsetRepository(plane)
+    if plan.reset_offsets:
+        offsets.reset_offset(tid, conn=conn)
+    if plan.reprocess_request_ts is not None:
+        ReprocessRequests(plane).record(tid, plan.reprocess_request_ts, conn)
+    if plan.offsets:
+        offsets.update_offsets_bulk({(tid, name): value for name, value in plan.offsets.items()}, conn=conn)
+    failures = FailedDeltas(plane)
+    if plan.final:
+        failures.drop(tid, plan.drop_failed_deltas, conn)
+        if plan.complete_request_ts is not None:
+            ReprocessRequests(plane).complete(tid, plan.complete_request_ts, conn)
+        settled = SettledSnapshots(plane)
+        if plan.settled is not None:
+            settled.record(tid, plan.settled, conn)
+        else:
+            settled.forget(tid, conn)
+    if meta_hot is not None and plan.failed_meta_keys:
+        failures.add(tid, meta_hot.delta_num, plan.failed_meta_keys, conn)

@@ -57,8 +57,9 @@ from offset_assets.engine.meta import ERROR_TEXT_LIMIT, meta_rows, meta_table
 from offset_assets.engine.pending import index_request
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.in_filter import in_values
-from offset_assets.versioned.table import HotDelta, VersionedTable
+from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.writes import Refusal
 
 log = logging.getLogger(__name__)

@@ -54,8 +54,9 @@ from offset_assets.ranges.planners import (
     parse_time,
 )
 from offset_assets.ranges.sources import RangeSource, SourceBatch
-from offset_assets.versioned.commit import commit_deltas
-from offset_assets.versioned.table import HotDelta, VersionedTable
+from offset_assets.versioned.commit import commit_transaction
+from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import validate_table_name
 
 TARGET_TYPE = "versioned_table"
@@ -254,20 +255,22 @@ class RangeIngestion:
                 # An open window holds nothing yet: end = start keeps it due until it closes.
                 logged_end = data_range.start if window_open else end
 
-                def on_commit(conn: Connection, commit_ts: float) -> None:
+                def log_success(conn: Connection) -> None:
                     self.log.mark_success(claim.job_id, logged_end, conn=conn, run_id=run_id)
                     for step in steps.done:
                         self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
 
+                commit_ts: float | None = None
+                delta_num: int | None = None
                 if changed:
-                    commit_ts: float | None = commit_deltas([hot], on_commit=on_commit)
-                    delta_num: int | None = hot.delta_num
+                    with commit_transaction([hot]) as commit:  # job_log SUCCESS with the delta
+                        log_success(commit.conn)
+                    commit_ts, delta_num = commit.commit_ts, hot.delta_num
                 else:
                     hot.rollback()  # nothing changed: no empty delta for readers to process
                     hot = None
                     with self.plane.begin() as conn:
-                        on_commit(conn, 0.0)
-                    commit_ts = delta_num = None
+                        log_success(conn)
         except ClaimLostError:
             self._discard(hot)
             raise

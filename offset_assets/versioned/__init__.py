@@ -2,6 +2,8 @@
 as numbered, immutable deltas of Parquet files, made visible by the delta catalog."""
 
 from offset_assets.versioned.commit import commit_deltas
-from offset_assets.versioned.table import HotDelta, VersionedTable, WriteStats
+from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.table import VersionedTable
+from offset_assets.versioned.writes import WriteStats
 
 __all__ = ["HotDelta", "VersionedTable", "WriteStats", "commit_deltas"]

@@ -12,7 +12,6 @@ When to compact and how old snapshots and stray files are removed is `maintenanc
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
@@ -21,9 +20,7 @@ from offset_assets.versioned.layout import (
     SYS_OP,
     new_snapshot_path,
 )
-
-if TYPE_CHECKING:
-    from offset_assets.versioned.table import VersionedTable
+from offset_assets.versioned.table import VersionedTable
 
 SNAPSHOT_ROWS_PER_FILE = 500_000
 

@@ -25,14 +25,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.layout import DELTAS_DIR, SNAPSHOTS_DIR
-
-if TYPE_CHECKING:
-    from offset_assets.versioned.table import VersionedTable
+from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_RETENTION_S = 24 * 3600.0
 
