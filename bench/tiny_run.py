@@ -1,6 +1,6 @@
 """The fixed cost of a run on tiny data: what a run costs when its data costs nothing.
 
-The posts/profiles world of `tests/engine_story.py` (40 posts of 7 users) in one warm
+The posts/profiles world of `bench/posts_world.py` (40 posts of 7 users) in one warm
 `local[2]` session with the test suite's settings (`LOCAL_TEST_CONF`). Before each run
 5 posts are edited (one moves between two users) and, for `enriched_posts`, the profile
 of a user with one post is renamed: 6 changed keys, batch_size 2, so 3 batches:
@@ -33,12 +33,12 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from sqlalchemy import event
 
+from bench.posts_world import World, make_world
 from offset_assets.control_plane import connect
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation
 from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
 from offset_assets.spark_jobs import count_spark_jobs
-from tests.engine_story import World, make_world
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out"

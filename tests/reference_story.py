@@ -32,10 +32,10 @@ from assets_defs.demo.story import (
     MaterializationPass,
     ingest_due_ranges,
 )
+from bench.posts_world import rows_of
 from offset_assets.config import ENV_DB_URL, ENV_SPARK_MASTER, ENV_SPARK_REMOTE, ENV_WAREHOUSE
 from offset_assets.control_plane import database
 from offset_assets.dagster_adapter import ENGINE_RESOURCE_KEY
-from tests.engine_story import rows_of
 
 if TYPE_CHECKING:
     import pytest

@@ -31,12 +31,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from bench.posts_world import World, enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned.layout import WarehousePathError
-from tests.engine_story import World, enrich, make_world, rows_of
 from tests.spark_cluster import CLUSTER_APP_CONF
 
 INITIAL_PROFILES = [(1, "ann"), (2, "bob"), (3, "cy")]

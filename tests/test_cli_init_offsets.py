@@ -3,13 +3,13 @@ from the meta, reported as dates."""
 
 from click.testing import CliRunner
 
+from bench.posts_world import make_world
 from offset_assets.cli import main
 from offset_assets.cli.offsets import iso_utc
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.dagster_adapter import OffsetStore
 from offset_assets.engine.runner import IncrementalEngine
-from tests.engine_story import make_world
 
 
 def test_init_offsets_sets_offsets_from_meta_and_reports_them(spark, sqlite_url, warehouse):

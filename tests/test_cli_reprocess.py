@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from bench.posts_world import make_world, rows_of
 from offset_assets.cli import main
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine.runner import IncrementalEngine
-from tests.engine_story import make_world, rows_of
 
 TID = "enrich_posts"
 

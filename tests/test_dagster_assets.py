@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from pyspark.sql import DataFrame
 
+from bench.posts_world import ENRICHED, POSTS, STATS, count_posts, enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.schema import run_lease
@@ -27,7 +28,6 @@ from offset_assets.dagster_adapter import (
 from offset_assets.dagster_adapter.assets import ChangeDetection, IncrementalRunConfig
 from offset_assets.dagster_adapter.run_report import iso_utc
 from tests.dagster_resources import engine_resources
-from tests.engine_story import ENRICHED, POSTS, STATS, count_posts, enrich, make_world, rows_of
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from dagster._core.events import DagsterEvent, DagsterEventType
 
+from bench.posts_world import ENRICHED, POSTS, PROFILES, enrich
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.schema import transform_input_offset
@@ -38,7 +39,6 @@ from offset_assets.dagster_adapter.checks import (
     offset_age_result,
 )
 from tests.dagster_resources import engine_resources
-from tests.engine_story import ENRICHED, POSTS, PROFILES, enrich
 
 TID = "enriched_posts"
 

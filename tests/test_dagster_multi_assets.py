@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from bench.posts_world import POSTS, STATS, count_posts, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.dagster_adapter import (
@@ -25,7 +26,6 @@ from offset_assets.dagster_adapter import (
 )
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
-from tests.engine_story import POSTS, STATS, count_posts, make_world, rows_of
 from tests.test_dagster_idle_runs import events
 
 OUTPUTS = ("accepted_posts", "rejected_posts")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.posts_world import make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine.runner import IncrementalEngine
-from tests.engine_story import make_world, rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 

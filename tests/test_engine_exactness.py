@@ -47,6 +47,7 @@ from hypothesis.stateful import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from bench.posts_world import World, count_posts, enrich, make_world, rows_of
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.reprocess import ReprocessRequests
@@ -56,7 +57,6 @@ from offset_assets.engine.transformation import Transformation
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.maintenance import cleanup
-from tests.engine_story import World, count_posts, enrich, make_world, rows_of
 
 HISTORIES = int(os.environ.get("EXACTNESS_HISTORIES", "50"))
 SHARDS = min(5, HISTORIES)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from bench.posts_world import enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.errors import LeaseHeldError
-from tests.engine_story import enrich, make_world, rows_of
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from bench.posts_world import enrich, make_world, rows_of
 from offset_assets.cli import main
 from offset_assets.control_plane import connect, database
 from offset_assets.engine.runner import IncrementalEngine
@@ -21,7 +22,6 @@ from offset_assets.versioned.maintenance import (
     maintain,
 )
 from offset_assets.versioned.registered import open_registered_table
-from tests.engine_story import enrich, make_world, rows_of
 
 SCHEMA = StructType(
     [StructField("id", LongType(), False), StructField("kind", StringType()), StructField("v", LongType())]

@@ -1,4 +1,5 @@
-"""A small posts/profiles world for engine tests, plus its from-scratch answer.
+"""A small posts/profiles world, plus its from-scratch answer: what the engine tests and the
+benchmark's tiny run (`bench.tiny_run`) drive.
 
 `enriched_posts` joins each post with its author's profile (reference input, reverse
 and filtered join); `user_post_stats` counts posts per user (transform key user_id, not
