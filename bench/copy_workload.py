@@ -29,7 +29,10 @@ already in BENCH_OUT holds, and every part records the commit it measured),
 BENCH_MASTER (local[2]; `spark://host:port` for a running cluster; `standalone` starts a
 throwaway standalone cluster from the pyspark wheel, one master and one worker of every
 core of the machine and BENCH_WORKER_MEMORY (8g), and stops it at the end: `make
-bench-cluster`), BENCH_EXECUTOR_MEMORY (6g, on a cluster). A quick check of the harness:
+bench-cluster`), BENCH_EXECUTOR_MEMORY (6g, on a cluster), BENCH_DRIVER_MEMORY (4g; `1g`,
+Spark's default, shows that a full recompute and an initial run at 10M hold nothing of
+the table's size in the driver: they stream through shuffled batches). A quick check
+of the harness:
 
     BENCH_NS=20000 BENCH_M=1000 BENCH_BY_M_N=20000 BENCH_MS=10,100 BENCH_SERIES_N=20000 \\
     BENCH_SERIES_RUNS=20 BENCH_SERIES_WINDOW=5 BENCH_OUT=/tmp/bench .venv/bin/python -m bench.copy_workload
@@ -98,6 +101,7 @@ class Settings:
     master: str
     worker_memory: str
     executor_memory: str
+    driver_memory: str
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -118,6 +122,7 @@ class Settings:
             master=os.environ.get("BENCH_MASTER", "local[2]"),
             worker_memory=os.environ.get("BENCH_WORKER_MEMORY", "8g"),
             executor_memory=os.environ.get("BENCH_EXECUTOR_MEMORY", "6g"),
+            driver_memory=os.environ.get("BENCH_DRIVER_MEMORY", "4g"),
         )
         if not settings.parts <= set(PARTS):
             raise ValueError(f"BENCH_PARTS={sorted(settings.parts)}: the parts are {', '.join(PARTS)}")
@@ -472,7 +477,7 @@ def session(settings: Settings, master: str, cluster_conf: dict[str, str]) -> Sp
             "spark.sql.adaptive.enabled": "false",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.driver.memory": "4g",
+            "spark.driver.memory": settings.driver_memory,
             **cluster_conf,
         },
     )
@@ -485,7 +490,8 @@ def run(settings: Settings, spark: SparkSession, cluster_conf: dict[str, str]) -
     report: dict[str, Any] = {
         "benchmark": "copy_workload",
         "machine": {"cores": os.cpu_count(), "spark_master": spark.sparkContext.master,
-                    "shuffle_partitions": settings.shuffle_partitions, **cluster_conf},
+                    "shuffle_partitions": settings.shuffle_partitions,
+                    "driver_memory": settings.driver_memory, **cluster_conf},
         "by_n": [],
     }
     earlier = settings.out / "copy_workload.json"

@@ -13,6 +13,11 @@ primary records pointing at it (reverse join).
 v1 runs the same comparison over the whole history without offsets (the full
 comparison); it exists to verify v2 and to measure against it, and must return the same
 keys.
+
+Every join of the index is planned from the catalog before the plan is built: a side
+whose rows the catalog's per-delta counts bound within `broadcast_limit` may be
+broadcast (the changes of an incremental run), any other is shuffled (a first run, a
+reprocess, v1's whole meta), so no JVM holds a relation proportional to the tables.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType
 
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
-from offset_assets.engine.loading import read_actual_matching
+from offset_assets.engine.loading import build_side, read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.layout import OP_UPSERT
+from offset_assets.versioned.reads import broadcast_limit as reads_broadcast_limit
+from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.table import VersionedTable
 
 # Offsets are commit timestamps (epoch seconds, > 0): reading "since 0" reads everything.
@@ -58,8 +65,8 @@ class ChangedIndex:
     """Candidate rows (key, input, update_ts) that survived the meta check.
 
     `most_rows`: at most this many rows, known from the catalog's row counts without a
-    Spark job (None when the index is not bounded that way: a reference input's changes,
-    a reprocess request or v1 can mark any number of keys)."""
+    Spark job (None when the index is not bounded that way: a reference input's changes
+    or v1 can mark any number of keys)."""
 
     rows: DataFrame
     transform_keys: list[str]
@@ -76,7 +83,7 @@ def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
 
 
 def _versions_in(
-    inp: TransformInput, deltas: Sequence[DeltaInfo], columns: list[str]
+    inp: TransformInput, deltas: Sequence[DeltaInfo], columns: list[str], limit: int | None = None,
 ) -> DataFrame:
     """(columns..., update_ts) of every version of `inp` written by `deltas`: the keys
     each version marks, stamped with its update_ts.
@@ -113,9 +120,10 @@ def _versions_in(
     if first <= 1:
         return marked
     earliest = changes.groupBy(*pk).agg(F.min(TS_COL).alias(TS_COL))
-    before = table.read_actual(as_of_delta=first - 1, keys=earliest.select(*pk))
+    bound = versions_bound(deltas)  # one row per record that has a version in `deltas`
+    before = table.read_actual(as_of_delta=first - 1, keys=build_side(earliest.select(*pk), bound, limit))
     before = before.select(*pk, *[c for c in columns if c not in pk])
-    before = before.join(earliest, on=pk).select(*columns, TS_COL)
+    before = before.join(build_side(earliest, bound, limit, inner=True), on=pk).select(*columns, TS_COL)
     return marked.unionByName(_null_free(before, columns))
 
 
@@ -138,16 +146,22 @@ def input_candidates(
     deltas: Sequence[DeltaInfo],
     snapshot: RunSnapshot,
     pushdown_limit: int,
+    broadcast_limit: int | None = None,
 ) -> DataFrame:
     """(transform keys..., update_ts, _input_name) marked by the changes of one input
     written by `deltas`."""
     keys = list(transformation.transform_keys)
     if not inp.is_reference:
-        marked = _versions_in(inp, deltas, keys)
+        marked = _versions_in(inp, deltas, keys, broadcast_limit)
     else:
         join_keys = dict(inp.join_keys)
         ref_cols = list(join_keys.values())
-        changed = _versions_in(inp, deltas, ref_cols).select(
+        # At most one row per version (the reference's primary key holds the join columns)
+        # or three (the new value, the replaced one within the range and before it).
+        bound = versions_bound(deltas)
+        if bound is not None and not set(ref_cols) <= set(inp.table.primary_key):
+            bound *= 3
+        changed = _versions_in(inp, deltas, ref_cols, broadcast_limit).select(
             *[F.col(ref).alias(primary) for primary, ref in join_keys.items()], TS_COL
         )
         marked = None
@@ -161,8 +175,11 @@ def input_candidates(
                 {col: col for col in primary_cols},
                 snapshot.deltas.get(primary.name, 0),
                 pushdown_limit,
+                most_values=bound,
+                broadcast_limit=broadcast_limit,
             ).select(*{*keys, *primary_cols})
-            hit = pointing.join(changed, on=primary_cols).select(*keys, TS_COL)
+            hit = pointing.join(build_side(changed, bound, broadcast_limit, inner=True), on=primary_cols)
+            hit = hit.select(*keys, TS_COL)
             marked = hit if marked is None else marked.unionByName(hit)
     return marked.withColumn(INPUT_COL, F.lit(inp.name))
 
@@ -196,14 +213,19 @@ def latest_meta_since(meta: VersionedTable, since: float, up_to_delta: int | Non
     committed at a commit_ts > P, so every meta row with process_ts >= `since` is in these
     deltas, and a key's newest version here is its actual meta. A candidate version with
     update_ts >= `since` whose key has no meta here was not processed after it."""
-    history = meta.read_changes_since(since, up_to_delta=up_to_delta)
+    return latest_meta_of(meta, meta.catalog.committed(meta.name, since_ts=since, up_to_delta=up_to_delta))
+
+
+def latest_meta_of(meta: VersionedTable, deltas: Sequence[DeltaInfo]) -> DataFrame:
+    """The newest meta version of every key that has one in `deltas`."""
+    history = meta.reader.history(deltas)
     keys = list(meta.primary_key)
     newest = Window.partitionBy(*keys).orderBy(F.col("sys_from").desc())
     return history.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
 
 
 def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapshot: RunSnapshot,
-                   requested_ts: float) -> DataFrame:
+                   requested_ts: float, broadcast_limit: int | None = None) -> DataFrame:
     """Keys a pending reprocess request still covers: every key in the inputs or the meta
     whose meta is older than the request (or missing, or failed)."""
     keys = list(transformation.transform_keys)
@@ -212,6 +234,8 @@ def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapsho
         actual = inp.table.read_actual(as_of_delta=snapshot.deltas.get(inp.name, 0))
         known = known.unionByName(_null_free(actual.select(*keys), keys))
     state = meta.read_actual().select(*keys, "process_ts", "is_success")
+    if broadcast_limit is not None:
+        state = build_side(state, actual_bound(meta.catalog.committed(meta.name)), broadcast_limit)
     waiting = known.distinct().join(state, on=keys, how="left").where(
         F.col("process_ts").isNull() | ~F.col("is_success") | (F.col("process_ts") < F.lit(requested_ts))
     )
@@ -264,10 +288,15 @@ class IndexRequest:
 
 
 def _versions_written(deltas: Sequence[DeltaInfo]) -> int | None:
-    counts = [(d.rows_upserted, d.rows_deleted) for d in deltas]
-    if any(upserted is None or deleted is None for upserted, deleted in counts):
+    return versions_bound(deltas)
+
+
+def actual_bound(deltas: Sequence[DeltaInfo]) -> int | None:
+    """At most this many actual rows after `deltas` (every live row was upserted by one of
+    them), from the catalog alone; None when a count is unknown."""
+    if any(d.rows_upserted is None for d in deltas):
         return None
-    return sum(upserted + deleted for upserted, deleted in counts)
+    return sum(d.rows_upserted for d in deltas)
 
 
 def listed_failure_deltas(meta: VersionedTable, request: IndexRequest) -> list[DeltaInfo]:
@@ -279,13 +308,28 @@ def listed_failure_deltas(meta: VersionedTable, request: IndexRequest) -> list[D
 
 
 def most_index_rows(transformation: Transformation, request: IndexRequest,
-                    by_input: Mapping[str, Sequence[DeltaInfo]], failures: Sequence[DeltaInfo]) -> int | None:
+                    by_input: Mapping[str, Sequence[DeltaInfo]], failures: Sequence[DeltaInfo],
+                    meta: VersionedTable | None = None) -> int | None:
     """An upper bound on the changed index's rows from the catalog alone: each version a
     primary input's deltas wrote marks one key (three when the transform keys are not its
     primary key: the new key, the replaced version's within the range and before it), and
-    each version of a listed failure's meta delta at most one. None when unbounded."""
-    if not request.use_offsets or request.reprocess_ts is not None:
+    each version of a listed failure's meta delta at most one; a reprocess request adds at
+    most one row per actual row of the meta and of each primary input (`actual_bound`).
+    None when unbounded (v1, a reference input's changes)."""
+    if not request.use_offsets:
         return None
+    waiting = 0
+    if request.reprocess_ts is not None:
+        if meta is None:
+            return None
+        catalog = meta.catalog
+        tables = [(meta.name, None)] + [(inp.name, request.snapshot.deltas.get(inp.name, 0))
+                                        for inp in transformation.primary_inputs]
+        for name, up_to in tables:
+            bound = actual_bound(catalog.committed(name, up_to_delta=up_to))
+            if bound is None:
+                return None
+            waiting += bound
     keys = set(transformation.transform_keys)
     total = 0
     for inp in transformation.inputs:
@@ -297,7 +341,7 @@ def most_index_rows(transformation: Transformation, request: IndexRequest,
             return None
         total += written * (1 if keys <= set(inp.table.primary_key) else 3)
     failed = _versions_written(failures)
-    return None if failed is None else total + failed
+    return None if failed is None else total + failed + waiting
 
 
 def compute_changed_index(
@@ -306,14 +350,29 @@ def compute_changed_index(
     request: IndexRequest,
     pushdown_limit: int,
     by_input: Mapping[str, Sequence[DeltaInfo]] | None = None,
+    broadcast_limit: int | None = None,
 ) -> ChangedIndex | None:
     """The changed index of `request`; None when nothing can be changed (no Spark used).
-    `by_input`: `request.deltas_by_input(transformation)` when the caller has it already."""
+    `by_input`: `request.deltas_by_input(transformation)` when the caller has it already.
+    `broadcast_limit`: a join may broadcast a side only when the catalog bounds it within
+    this many rows, else it is shuffled (None: Spark decides by its size estimate)."""
+    with reads_broadcast_limit(broadcast_limit):
+        return _compute_changed_index(transformation, meta, request, pushdown_limit, by_input, broadcast_limit)
+
+
+def _compute_changed_index(
+    transformation: Transformation,
+    meta: VersionedTable,
+    request: IndexRequest,
+    pushdown_limit: int,
+    by_input: Mapping[str, Sequence[DeltaInfo]] | None,
+    limit: int | None,
+) -> ChangedIndex | None:
     keys = list(transformation.transform_keys)
     if by_input is None:
         by_input = request.deltas_by_input(transformation)
     parts = [
-        input_candidates(transformation, inp, by_input[inp.name], request.snapshot, pushdown_limit)
+        input_candidates(transformation, inp, by_input[inp.name], request.snapshot, pushdown_limit, limit)
         for inp in transformation.inputs if inp.name in by_input
     ]
     failures = listed_failure_deltas(meta, request)
@@ -327,22 +386,25 @@ def compute_changed_index(
             read_from = [deltas[0].commit_ts for deltas in by_input.values()]
             if request.failed_since is not None:
                 read_from.append(request.failed_since)
-            known = latest_meta_since(meta, min(read_from), None)
+            meta_deltas = meta.catalog.committed(meta.name, since_ts=min(read_from))
+            known, known_rows = latest_meta_of(meta, meta_deltas), versions_bound(meta_deltas)
         else:
             known = meta.read_actual()
-        joined = candidates.join(known.select(*keys, "process_ts", "is_success"), on=keys, how="left")
+            known_rows = None if limit is None else actual_bound(meta.catalog.committed(meta.name))
+        known = build_side(known.select(*keys, "process_ts", "is_success"), known_rows, limit)
+        joined = candidates.join(known, on=keys, how="left")
         rows = joined.where(
             F.col("process_ts").isNull()
             | ~F.col("is_success")
             | (F.col(TS_COL) > F.col("process_ts"))
         ).select(*keys, TS_COL, INPUT_COL)
     if request.reprocess_ts is not None:
-        waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts)
+        waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts, limit)
         rows = waiting if rows is None else rows.unionByName(waiting)
     if rows is None:
         return None
     return ChangedIndex(rows=rows, transform_keys=keys,
-                        most_rows=most_index_rows(transformation, request, by_input, failures))
+                        most_rows=most_index_rows(transformation, request, by_input, failures, meta))
 
 
 def assign_batches(keys: DataFrame, transform_keys: list[str], batch_size: int | None) -> DataFrame:

@@ -5,7 +5,8 @@ once and held by the driver: batches, batch sizes, per-batch oldest change and t
 inputs that marked each key are then plain Python, and every later read pushes the
 batch's keys down without another Spark job to collect them. An index larger than
 `driver_limit` keys (a first run, a reprocess) stays distributed: batches are numbered by
-a window and read back by semi-joins.
+a window and read back by semi-joins, shuffled ones (`DistributedKeys.shuffled`) unless
+the batch size bounds a batch within the limit, so that no JVM holds the key set.
 """
 
 from __future__ import annotations
@@ -40,15 +41,20 @@ class LocalKeys:
 
 @dataclass
 class DistributedKeys:
-    """Keys too many for the driver: a persisted DataFrame with a batch column."""
+    """Keys too many for the driver: a persisted DataFrame with a batch column.
+
+    `shuffled`: a batch may hold more keys than may be broadcast (no batch size, or one
+    above the limit), so every join with a batch is a shuffled sort-merge join."""
 
     columns: tuple[str, ...]
     frame: DataFrame
     sizes: dict[int, int]
     min_ts: dict[int, dict[str, float]]
+    shuffled: bool = True
 
     def batch(self, number: int) -> DataFrame:
-        return self.frame.where(F.col(BATCH_COL) == number).select(*self.columns)
+        keys = self.frame.where(F.col(BATCH_COL) == number).select(*self.columns)
+        return keys.hint("merge") if self.shuffled else keys
 
 
 def _sort_key(first_ts: float | None, key: Key) -> tuple:
@@ -92,8 +98,9 @@ def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int
 
 
 def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: int | None,
-                          with_min_ts: bool) -> DistributedKeys:
-    """Batches of a large index, numbered in Spark (persisted: every batch reads it)."""
+                          with_min_ts: bool, broadcast_limit: int | None = None) -> DistributedKeys:
+    """Batches of a large index, numbered in Spark (persisted: every batch reads it).
+    Joins with a batch may broadcast it only when `batch_size` is within `broadcast_limit`."""
     keys = rows.groupBy(*columns).agg(F.min(TS_COL).alias(FIRST_TS_COL))
     frame = assign_batches(keys, list(columns), batch_size).persist(StorageLevel.MEMORY_AND_DISK)
     sizes = {row[BATCH_COL]: row["count"] for row in frame.groupBy(BATCH_COL).count().collect()}
@@ -101,11 +108,12 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
     if with_min_ts and sizes:
         per_batch = (
             rows.where(F.col(TS_COL).isNotNull())
-            .join(frame.select(*columns, BATCH_COL), on=list(columns))
+            .join(frame.select(*columns, BATCH_COL).hint("merge"), on=list(columns))
             .groupBy(BATCH_COL, INPUT_COL)
             .agg(F.min(TS_COL).alias("min_ts"))
             .collect()
         )
         for row in per_batch:
             min_ts.setdefault(row[BATCH_COL], {})[row[INPUT_COL]] = row["min_ts"]
-    return DistributedKeys(tuple(columns), frame, sizes, min_ts)
+    shuffled = broadcast_limit is not None and (batch_size is None or batch_size > broadcast_limit)
+    return DistributedKeys(tuple(columns), frame, sizes, min_ts, shuffled)

@@ -6,6 +6,12 @@ Parquet scan as an IN filter; above `pushdown_limit` values, or for keys of seve
 columns, the lookup is a semi-join against a broadcast local relation. A key whose
 change the run has just read is looked up in the deltas it read (`latest_of_keys`), not
 in the whole table.
+
+Keys that are not held by the driver (a first run, a reprocess) are a DataFrame: whether
+a join with them may broadcast is decided from the catalog's row counts before the plan
+is built (`build_side`), never from Spark's size estimate: a relation the catalog does
+not bound within the engine's limit is joined by a shuffled sort-merge join, which no
+JVM holds whole.
 """
 
 from __future__ import annotations
@@ -24,6 +30,25 @@ from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_PUSHDOWN_LIMIT = 2_000
+
+
+def is_bounded(most_rows: int | None, limit: int | None) -> bool:
+    """True when a relation of at most `most_rows` rows (None: unknown) may be broadcast
+    under `limit` (None: no limit, Spark decides)."""
+    return limit is None or (most_rows is not None and most_rows <= limit)
+
+
+def build_side(frame: DataFrame, most_rows: int | None, limit: int | None, inner: bool = False) -> DataFrame:
+    """`frame` as the right side of a join, planned from a bound known before the plan.
+
+    Bounded within `limit`: an outer, semi or anti join is left to Spark (it may
+    broadcast only this side, which is bounded), an inner join broadcasts it explicitly
+    (so that Spark never builds on the other, unbounded side). Otherwise a sort-merge
+    join hint: both sides are shuffled and sorted (spilling to disk), none is broadcast;
+    the hint holds under adaptive execution too."""
+    if not is_bounded(most_rows, limit):
+        return frame.hint("merge")
+    return F.broadcast(frame) if inner and limit is not None else frame
 
 
 @dataclass(frozen=True)
@@ -79,11 +104,15 @@ def read_actual_matching(
     columns: Mapping[str, str],
     as_of_delta: int | None,
     pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT,
+    most_values: int | None = None,
+    broadcast_limit: int | None = None,
 ) -> DataFrame:
     """Actual rows of `table` (as of `as_of_delta`) whose `columns` values occur in `values`.
 
     `columns` maps a column of `values` to the column of `table` it must equal. Up to
-    `pushdown_limit` distinct values of one column are collected and pushed down.
+    `pushdown_limit` distinct values of one column are collected and pushed down; more
+    are semi-joined, broadcast only when `most_values` (the catalog's bound on the rows
+    of `values`) is within `broadcast_limit` (`build_side`).
     """
     wanted = values.select(*[F.col(src).alias(dst) for src, dst in columns.items()])
     wanted = wanted.where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns.values())).distinct()
@@ -97,4 +126,4 @@ def read_actual_matching(
             if not found:
                 return table.read_actual(as_of_delta=as_of_delta).where(F.lit(False))
             return table.read_actual(as_of_delta=as_of_delta, where_in={column: found})
-    return table.read_actual(as_of_delta=as_of_delta, keys=wanted)
+    return table.read_actual(as_of_delta=as_of_delta, keys=build_side(wanted, most_values, broadcast_limit))

@@ -34,7 +34,8 @@ def initialize_offsets_from_transform_meta(engine: Any, transformation: Transfor
             initial[inp.name] = max(commits)
     deltas, clock = engine.catalog.snapshot_state([inp.name for inp in transformation.inputs])
     request = IndexRequest(snapshot=RunSnapshot(deltas, clock), offsets={}, use_offsets=False)
-    index = compute_changed_index(transformation, meta, request, engine.pushdown_limit)
+    index = compute_changed_index(transformation, meta, request, engine.pushdown_limit,
+                                  broadcast_limit=engine.driver_keys_limit)
     if index is not None:
         waiting = index.rows.where(F.col(INPUT_COL).isNotNull()).groupBy(INPUT_COL).agg(F.min(TS_COL).alias("m"))
         for row in waiting.collect():

@@ -51,6 +51,7 @@ from offset_assets.engine.keys import (
 from offset_assets.engine.loading import (
     KeyValues,
     latest_of_keys,
+    read_actual_matching,
     read_actual_of_keys,
 )
 from offset_assets.engine.meta import ERROR_TEXT_LIMIT, meta_rows, meta_table
@@ -59,6 +60,7 @@ from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.in_filter import in_values
+from offset_assets.versioned.reads import broadcast_limit
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.writes import Refusal
 
@@ -198,7 +200,8 @@ class TransformationRun:
         request = self._index_request()
         by_input = request.deltas_by_input(self.t)
         self._deltas_read = by_input if request.use_offsets else {}
-        index = compute_changed_index(self.t, self.meta, request, self.engine.pushdown_limit, by_input)
+        index = compute_changed_index(self.t, self.meta, request, self.engine.pushdown_limit, by_input,
+                                      broadcast_limit=limit)
         if index is None:
             return local_from_keys(columns, [], self.t.batch_size)
         if index.most_rows is not None and index.most_rows <= limit:
@@ -206,13 +209,16 @@ class TransformationRun:
             return local_from_rows(columns, index.rows.collect(), self.t.batch_size)
         rows = index.rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            # count, then collect from the cache: two jobs. (A `limit().collect()` is a
-            # `take`, which scans partitions in growing rounds: one job per round.)
-            if rows.count() <= limit:
+            # Not bounded by the catalog (v1, a reference input's changes): count, then
+            # collect from the cache, two jobs. (A `limit().collect()` is a `take`, which
+            # scans partitions in growing rounds: one job per round.) Bounded above the
+            # limit (a first run, a reprocess of a large table): no count, the keys stay
+            # distributed and the run streams through their batches.
+            if index.most_rows is None and rows.count() <= limit:
                 return local_from_rows(columns, rows.collect(), self.t.batch_size)
             self._deltas_read = {}
             return distributed_from_rows(columns, rows, self.t.batch_size,
-                                         with_min_ts=self.t.commit_mode == "batch")
+                                         with_min_ts=self.t.commit_mode == "batch", broadcast_limit=limit)
         finally:
             rows.unpersist()
 
@@ -230,7 +236,8 @@ class TransformationRun:
             if len(collected) > limit:
                 rows = frame.select(*columns, F.lit(None).cast("double").alias("update_ts"),
                                     F.lit(None).cast("string").alias("_input_name"))
-                return distributed_from_rows(columns, rows, self.t.batch_size, with_min_ts=False)
+                return distributed_from_rows(columns, rows, self.t.batch_size, with_min_ts=False,
+                                             broadcast_limit=limit)
             return local_from_keys(columns, [tuple(row) for row in collected], self.t.batch_size)
         values = []
         for row in keys:
@@ -263,10 +270,17 @@ class TransformationRun:
         keys = self._batch(batch)
         return keys.frame(self.meta) if isinstance(keys, KeyValues) else keys
 
+    def _reads(self) -> Any:
+        """Reads built in this block broadcast only what the catalog bounds within the
+        driver limit (`versioned.reads.broadcast_limit`)."""
+        return broadcast_limit(self.engine.driver_keys_limit)
+
     def _read_for_keys(self, table: VersionedTable, keys: KeyValues | DataFrame, as_of: int | None) -> DataFrame:
-        if isinstance(keys, KeyValues):
-            return read_actual_of_keys(table, keys, as_of, self.engine.pushdown_limit)
-        return table.read_actual(as_of_delta=as_of, keys=keys)
+        with self._reads():
+            if isinstance(keys, KeyValues):
+                return read_actual_of_keys(table, keys, as_of, self.engine.pushdown_limit)
+            # A batch of distributed keys: hinted by `DistributedKeys.batch`.
+            return table.read_actual(as_of_delta=as_of, keys=keys)
 
     def _primary_frame(self, inp: Any, keys: KeyValues | DataFrame) -> DataFrame:
         """Actual rows of a primary input for the batch's keys. Keys that this input's
@@ -300,11 +314,20 @@ class TransformationRun:
         keys = self._batch(batch)
         frames: dict[str, DataFrame] = {}
         join_values: dict[str, set[tuple]] = {}
+        distributed_values: dict[str, list[DataFrame]] = {}
         for inp in self.t.primary_inputs:
             frame = self._persist(self._primary_frame(inp, keys))
             frames[inp.name] = frame
             columns = sorted({c for ref in self.t.reference_inputs for c in ref.join_keys
                               if c in inp.table.data_columns})
+            if isinstance(keys, DataFrame):
+                # Distributed keys: the join values stay distributed too (a batch's may be
+                # as many as its rows), and the reference is semi-joined with them.
+                self.result.add_rows_read(inp.name, frame.count())
+                for ref in self.t.reference_inputs:
+                    if set(ref.join_keys) <= set(columns):
+                        distributed_values.setdefault(ref.name, []).append(frame.select(*ref.join_keys))
+                continue
             groups = frame.groupBy(*columns).count().collect()
             self.result.add_rows_read(inp.name, sum(row["count"] for row in groups))
             for ref in self.t.reference_inputs:
@@ -312,10 +335,22 @@ class TransformationRun:
                     wanted = join_values.setdefault(ref.name, set())
                     wanted.update(tuple(row[c] for c in ref.join_keys) for row in groups)
         for ref in self.t.reference_inputs:
+            as_of = self.snapshot.deltas.get(ref.name, 0)
+            if isinstance(keys, DataFrame):
+                with self._reads():
+                    if ref.name in distributed_values:
+                        frame = read_actual_matching(ref.table, _union(distributed_values[ref.name]),
+                                                     dict(ref.join_keys), as_of, self.engine.pushdown_limit,
+                                                     broadcast_limit=self.engine.driver_keys_limit)
+                    else:
+                        frame = ref.table.read_actual(as_of_delta=as_of).where(F.lit(False))
+                frames[ref.name] = self._persist(frame.select(*ref.table.data_columns))
+                self.result.add_rows_read(ref.name, frames[ref.name].count())
+                continue
             values = tuple(v for v in join_values.get(ref.name, ()) if None not in v)
             wanted = KeyValues(tuple(ref.join_keys.values()), values)
-            frame = read_actual_of_keys(ref.table, wanted, self.snapshot.deltas.get(ref.name, 0),
-                                        self.engine.pushdown_limit)
+            with self._reads():
+                frame = read_actual_of_keys(ref.table, wanted, as_of, self.engine.pushdown_limit)
             frames[ref.name] = self._persist(frame.select(*ref.table.data_columns))
             self.result.add_rows_read(ref.name, frames[ref.name].count())
         return frames
@@ -449,7 +484,12 @@ class TransformationRun:
         previous = self._read_for_keys(table, self._batch(batch), None).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             pk = list(table.primary_key)
-            gone = previous.select(*pk).join(new.select(*pk), on=pk, how="left_anti")
+            # The new output's keys: left to Spark (a broadcast, a job of its own) when the
+            # batch's keys are bounded, shuffled when a batch may be larger than the limit.
+            new_keys = new.select(*pk)
+            if isinstance(self.keys, DistributedKeys) and self.keys.shuffled:
+                new_keys = new_keys.hint("merge")
+            gone = previous.select(*pk).join(new_keys, on=pk, how="left_anti")
             deletes = gone.select(
                 *[F.col(c) if c in pk else F.lit(None).cast(table.schema[c].dataType).alias(c)
                   for c in table.data_columns],

@@ -34,7 +34,10 @@ class IncrementalEngine:
 
     `pushdown_limit`: up to this many key values are pushed down to Parquet as an IN
     filter (above: a broadcast semi-join); `driver_keys_limit`: a changed index of up to
-    this many rows is held by the driver (above: it stays distributed)."""
+    this many rows is held by the driver (above: it stays distributed), and the most rows
+    a run lets one JVM hold: a join broadcasts a relation only when the catalog's row
+    counts bound it within this limit (the changes of an incremental run), any other join
+    is shuffled. Decided before a plan is built, from the catalog, not from a Spark count."""
 
     def __init__(
         self,
@@ -91,7 +94,8 @@ class IncrementalEngine:
         meta = meta_table(self.spark, self.plane, transformation)
         request = current_request(self.plane, transformation.transformation_id,
                                   [inp.name for inp in transformation.inputs], mode)
-        return compute_changed_index(transformation, meta, request, self.pushdown_limit)
+        return compute_changed_index(transformation, meta, request, self.pushdown_limit,
+                                     broadcast_limit=self.driver_keys_limit)
 
     def changed_keys(self, transformation: Transformation, change_detection: ChangeDetection | None = None,
                      ) -> DataFrame:

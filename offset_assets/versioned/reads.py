@@ -14,11 +14,19 @@ apply to every file before the latest version is chosen (all versions of a key s
 them); filters on other columns apply to the snapshot before (it holds one version per
 key) and to the deltas after, so a filtered read of a compacted table prunes the large
 snapshot scan with Parquet filters.
+
+Inside `broadcast_limit(rows)` (the engine builds its reads there) the anti-join that
+drops the snapshot rows replaced by later deltas is planned from the catalog, not from
+Spark's size estimate: Spark may broadcast the replaced keys only when the deltas'
+version counts bound them within `rows`; otherwise it is a shuffled sort-merge join, so
+no JVM holds them whole. Outside it, Spark decides as usual.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import reduce
 
@@ -31,6 +39,29 @@ from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS
 from offset_assets.versioned.table_schema import file_schema
+
+_BROADCAST_LIMIT: ContextVar[int | None] = ContextVar("offset_assets_broadcast_limit", default=None)
+
+
+@contextmanager
+def broadcast_limit(rows: int | None) -> Iterator[None]:
+    """Reads built in the block broadcast a relation only when the catalog bounds it
+    within `rows` rows (None: Spark decides by its size estimate)."""
+    token = _BROADCAST_LIMIT.set(rows)
+    try:
+        yield
+    finally:
+        _BROADCAST_LIMIT.reset(token)
+
+
+def versions_bound(deltas: Sequence[DeltaInfo]) -> int | None:
+    """The versions `deltas` wrote, from the catalog's row counts (None when one is unknown)."""
+    total = 0
+    for d in deltas:
+        if d.rows_upserted is None or d.rows_deleted is None:
+            return None
+        total += d.rows_upserted + d.rows_deleted
+    return total
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,10 @@ class TableReader:
             latest = versions if len(deltas_after) == 1 else self._latest(versions)
             if base is not None:
                 replaced = latest.select(*self.primary_key)
+                limit = _BROADCAST_LIMIT.get()
+                bound = versions_bound(deltas_after)
+                if limit is not None and (bound is None or bound > limit):
+                    replaced = replaced.hint("merge")  # shuffled: not held whole by one JVM
                 base = base.join(replaced, on=self.primary_key, how="left_anti")
             live = _apply(latest.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
         parts = [p for p in (base, live) if p is not None]
