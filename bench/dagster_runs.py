@@ -1,6 +1,6 @@
 """What a Dagster run costs from launch to success, launched as the UI launches it.
 
-    .venv/bin/python -m bench.dagster_runs [--spark connect|local] [--port 3333]
+    .venv/bin/python -m bench.dagster_runs [--spark connect|local] [--port 3333] [--screenshots DIR]
 
 In a fresh folder (its own state and Dagster instance): the demo, then `make dev`
 (`python -m assets_defs.dev`: with `--spark connect` one local Spark Connect server that
@@ -19,7 +19,9 @@ Materialize and Launch Run buttons call):
 Each run's figure is its record's create time to its end time (the instance's own
 timestamps), so it includes queueing, the run process starting and the step; the
 backfill's is its creation to the end of its last run, the daemon's ticks included.
-Prints one JSON object.
+Prints one JSON object. With `--screenshots DIR` (needs `chromium` on PATH) it also
+saves the README's pictures of the UI into DIR: each page after the run it shows, taken
+once that run's figure is recorded.
 """
 
 from __future__ import annotations
@@ -144,11 +146,26 @@ def instance_yaml(home: Path) -> None:
     (home / "dagster.yaml").write_text(text)
 
 
+def screenshot(port: int, page: str, target: Path) -> None:
+    """The UI page `page` as a headless Chromium renders it, once its scripts have run."""
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1600,1000", "--virtual-time-budget=30000", f"--screenshot={target}",
+                    f"http://127.0.0.1:{port}/{page}"], check=True, capture_output=True, timeout=180)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spark", choices=("connect", "local"), default="connect")
     parser.add_argument("--port", type=int, default=3333)
+    parser.add_argument("--screenshots", type=Path, help="save the README's screenshots into this folder")
     args = parser.parse_args()
+    if args.screenshots and shutil.which("chromium") is None:
+        parser.error("--screenshots needs chromium on PATH (apt-get install chromium)")
+
+    def shoot(name: str, page: str) -> None:
+        if args.screenshots:
+            screenshot(args.port, page, args.screenshots.resolve() / f"{name}.png")
+
     workdir = Path(tempfile.mkdtemp(prefix="offset-assets-runs-"))
     home = workdir / "dagster_home"
     home.mkdir()
@@ -174,10 +191,17 @@ def main() -> None:
             today = datetime.now(UTC).strftime("%Y-%m-%d")
             figures["ingest_today"] = wait_for_run(
                 instance, launch(args.port, "post_updates_ingestion", {"dagster/partition": today}))
+            shoot("post_updates_partitions", "assets/post_updates?view=partitions")
             figures["small_change"] = wait_for_run(instance, launch(args.port, "enriched_posts_job"))
+            shoot("enriched_posts", "assets/enriched_posts")
+            shoot("enriched_posts_events", "assets/enriched_posts?view=events")
+            shoot("lineage", "assets/enriched_posts?view=lineage")
+            shoot("posts_partitions", "assets/posts?view=partitions")
             ranges = instance.get_dynamic_partitions("posts_ranges")[-3:]
-            figures["backfill_3_partitions"] = wait_for_backfill(instance, launch_backfill(
-                args.port, ["posts", "enriched_posts", "user_post_stats"], ranges))
+            backfill_id = launch_backfill(args.port, ["posts", "enriched_posts", "user_post_stats"], ranges)
+            figures["backfill_3_partitions"] = wait_for_backfill(instance, backfill_id)
+            shoot("backfill_runs", f"runs/b/{backfill_id}?tab=runs")
+            shoot("reprocess_run", "assets/enriched_posts")
     finally:
         dev.send_signal(2)
         try:

@@ -23,6 +23,7 @@ from offset_assets.control_plane import connect
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.table import VersionedTable
 from tests.spark_plans import recorded_plans
 
@@ -76,7 +77,7 @@ def test_a_reprocess_all_run_of_a_large_compacted_table_broadcasts_nothing(spark
     engine.run_full(copy)
     meta = meta_table(spark, plane, copy)
     for table in (src, dst, meta):
-        table.compact()
+        compact(table)
     write_rows(spark, src, 0, 2 * LIMIT, 1)  # 100 updates after the snapshot
     engine.run_full(copy)  # 100 keys: more than the limit, the output and meta get 100 versions too
 
