@@ -12,9 +12,10 @@ Materialize and Launch Run buttons call):
 2. the demo's traffic ingested through today's partition of `post_updates`, then
    `enriched_posts` (a small change: the edited and deleted posts), launched as soon as
    the ingestion ended (declarative automation would launch it too, on its next tick);
-3. a backfill (`launchPartitionBackfill`, the UI's backfill dialog) of the last three
-   partitions of `posts` and the transformations `enriched_posts` and `user_post_stats`
-   downstream of them, which a backfill reprocesses from the start (their offsets reset).
+3. a backfill (`launchPartitionBackfill`, the UI's backfill dialog) of the three daily
+   partitions of `post_updates` (the demo's: two days ago to today) and the
+   transformations `enriched_posts` and `user_post_stats` downstream of them, which a
+   backfill reprocesses from the start (their offsets reset).
 
 Each run's figure is its record's create time to its end time (the instance's own
 timestamps), so it includes queueing, the run process starting and the step; the
@@ -36,7 +37,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -146,10 +147,10 @@ def instance_yaml(home: Path) -> None:
     (home / "dagster.yaml").write_text(text)
 
 
-def screenshot(port: int, page: str, target: Path) -> None:
+def screenshot(port: int, page: str, target: Path, height: int = 1000) -> None:
     """The UI page `page` as a headless Chromium renders it, once its scripts have run."""
     subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1600,1000", "--virtual-time-budget=30000", f"--screenshot={target}",
+                    f"--window-size=1600,{height}", "--virtual-time-budget=30000", f"--screenshot={target}",
                     f"http://127.0.0.1:{port}/{page}"], check=True, capture_output=True, timeout=180)
 
 
@@ -162,9 +163,9 @@ def main() -> None:
     if args.screenshots and shutil.which("chromium") is None:
         parser.error("--screenshots needs chromium on PATH (apt-get install chromium)")
 
-    def shoot(name: str, page: str) -> None:
+    def shoot(name: str, page: str, height: int = 1000) -> None:
         if args.screenshots:
-            screenshot(args.port, page, args.screenshots.resolve() / f"{name}.png")
+            screenshot(args.port, page, args.screenshots.resolve() / f"{name}.png", height)
 
     workdir = Path(tempfile.mkdtemp(prefix="offset-assets-runs-"))
     home = workdir / "dagster_home"
@@ -193,15 +194,15 @@ def main() -> None:
                 instance, launch(args.port, "post_updates_ingestion", {"dagster/partition": today}))
             shoot("post_updates_partitions", "assets/post_updates?view=partitions")
             figures["small_change"] = wait_for_run(instance, launch(args.port, "enriched_posts_job"))
-            shoot("enriched_posts", "assets/enriched_posts")
+            shoot("enriched_posts", "assets/enriched_posts", height=2200)
             shoot("enriched_posts_events", "assets/enriched_posts?view=events")
             shoot("lineage", "assets/enriched_posts?view=lineage")
             shoot("posts_partitions", "assets/posts?view=partitions")
-            ranges = instance.get_dynamic_partitions("posts_ranges")[-3:]
-            backfill_id = launch_backfill(args.port, ["posts", "enriched_posts", "user_post_stats"], ranges)
+            days = [(datetime.now(UTC) - timedelta(days=back)).strftime("%Y-%m-%d") for back in (2, 1, 0)]
+            backfill_id = launch_backfill(args.port, ["post_updates", "enriched_posts", "user_post_stats"], days)
             figures["backfill_3_partitions"] = wait_for_backfill(instance, backfill_id)
             shoot("backfill_runs", f"runs/b/{backfill_id}?tab=runs")
-            shoot("reprocess_run", "assets/enriched_posts")
+            shoot("reprocess_run", "assets/enriched_posts?view=events", height=1800)
     finally:
         dev.send_signal(2)
         try:
