@@ -8,7 +8,10 @@ one output, run by one `IncrementalEngine` in one warm `local[2]` session. For e
 - another round, then an incremental run with v1 (full comparison);
 - a full recompute (`reprocess_all=True`);
 - the floor, measured in the same process: read the changed rows of a plain Parquet
-  table partitioned by delta (partition pruning) and write them.
+  table partitioned by delta (partition pruning) and write them;
+- the merge floor: the same changes joined to the output's previous rows by key (a plain
+  Parquet table of N rows) and written without those that stay as they were, what a
+  run must at least do to skip unchanged rows and know what a changed key replaces.
 
 Each is timed and its Spark jobs counted (`offset_assets.spark_jobs`). Maintenance is on:
 after the load and after every run, `maintain` compacts src, the output and the meta by
@@ -249,6 +252,24 @@ def floor(spark: SparkSession, root: Path, n: int, m: int) -> Measured:
     )
 
 
+def merge_floor(spark: SparkSession, root: Path, n: int) -> Measured:
+    """The floor's changes (written by `floor`), joined to the output's previous rows by key
+    and written without the rows that stay as they were: the least a run must do to skip
+    unchanged rows and know what each changed key replaces. The output is a plain Parquet
+    table of n rows (no catalog, no meta, no versions); Spark plans the join as it likes."""
+    output = str(root / "merge_floor_output")
+    rows(spark, 0, n, 0).write.parquet(output)
+    changes, target = str(root / "floor_src"), str(root / "merge_floor_out")
+
+    def merge() -> None:
+        changed = spark.read.parquet(changes).where(F.col("delta") >= 1).drop("delta")
+        previous = spark.read.parquet(output).select("id", F.col("v").alias("previous_v"))
+        merged = changed.join(previous, on="id", how="left")
+        merged.where(~F.col("v").eqNullSafe(F.col("previous_v"))).write.mode("overwrite").parquet(target)
+
+    return measured(spark, merge)
+
+
 def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
     """Initial, incremental v2, incremental v1, full recompute and the floor at size n."""
     with tempfile.TemporaryDirectory(prefix="bench-copy-") as tmp:
@@ -263,6 +284,7 @@ def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
             v1 = world.run(change_detection="v1")
             full = world.run(reprocess_all=True)
             base = floor(spark, Path(tmp), n, m)
+            merge_base = merge_floor(spark, Path(tmp), n)
         finally:
             world.close()
     report = {
@@ -276,10 +298,12 @@ def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
         "incremental_v1": v1.as_dict() | {"processed_keys": v1.value.processed_keys},
         "full_recompute": full.as_dict() | {"processed_keys": full.value.processed_keys},
         "floor": base.as_dict(),
+        "merge_floor": merge_base.as_dict(),
         "maintenance_s": [round(s, 3) for s in world.maintenance_s],
     }
     report["ratios"] = {
         "v2_over_floor": round(v2.seconds / base.seconds, 2),
+        "v2_over_merge_floor": round(v2.seconds / merge_base.seconds, 2),
         "v1_over_v2": round(v1.seconds / v2.seconds, 2),
         "full_over_v2": round(full.seconds / v2.seconds, 2),
     }
@@ -369,8 +393,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ns = [row["n"] for row in report["by_n"]]
         for key, label in [("initial", "initial run"), ("incremental_v2", "incremental v2"),
                            ("incremental_v1", "incremental v1"), ("full_recompute", "full recompute"),
-                           ("floor", "floor (read + write the changes)")]:
-            by_n.plot(ns, [row[key]["s"] for row in report["by_n"]], marker="o", label=label)
+                           ("floor", "floor (read + write the changes)"),
+                           ("merge_floor", "merge floor (+ join to the output's keys)")]:
+            if all(key in row for row in report["by_n"]):
+                by_n.plot(ns, [row[key]["s"] for row in report["by_n"]], marker="o", label=label)
         by_n.set_xscale("log")
         by_n.set_yscale("log")
         by_n.set_xlabel(f"rows in src (N); each round {report['by_n'][0]['m_new']} new + "
@@ -407,10 +433,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'N':>10} {'initial':>12} {'v2':>12} {'v1':>12} {'full':>12} {'floor':>12}   (seconds / Spark jobs)")
+    steps = ("initial", "incremental_v2", "incremental_v1", "full_recompute", "floor", "merge_floor")
+    print(f"{'N':>10} {'initial':>12} {'v2':>12} {'v1':>12} {'full':>12} {'floor':>12} {'merge floor':>12}"
+          "   (seconds / Spark jobs)")
     for row in report["by_n"]:
-        cells = [f"{row[k]['s']:.2f}/{row[k]['spark_jobs']}"
-                 for k in ("initial", "incremental_v2", "incremental_v1", "full_recompute", "floor")]
+        cells = [f"{row[k]['s']:.2f}/{row[k]['spark_jobs']}" if k in row else "-" for k in steps]
         print(f"{row['n']:>10} " + " ".join(f"{c:>12}" for c in cells))
     if "by_m" in report:
         print(f"by M at N={report['by_m']['n']}: " + ", ".join(
