@@ -61,7 +61,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect, database
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
 from offset_assets.spark import get_spark_session
 from offset_assets.spark_jobs import count_spark_jobs

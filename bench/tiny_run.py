@@ -35,7 +35,7 @@ from sqlalchemy import event
 
 from bench.posts_world import World, make_world
 from offset_assets.control_plane import connect
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.transformation import Transformation
 from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
 from offset_assets.spark_jobs import count_spark_jobs

@@ -19,7 +19,7 @@ _EXPORTS = {
     # layer 3
     "Transformation": "offset_assets.engine.transformation",
     "TransformInput": "offset_assets.engine.transformation",
-    "IncrementalEngine": "offset_assets.engine.runner",
+    "IncrementalEngine": "offset_assets.engine.incremental_engine",
     "RunResult": "offset_assets.engine.result",
     # layer 5
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",

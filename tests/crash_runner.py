@@ -16,7 +16,7 @@ from bench.posts_world import enrich, make_world
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
 
 

@@ -34,7 +34,7 @@ from pyspark.sql.types import StringType
 from bench.posts_world import World, enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned.layout import WarehousePathError
 from tests.spark_cluster import CLUSTER_APP_CONF

@@ -9,7 +9,7 @@ from offset_assets.cli.offsets import iso_utc
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.dagster_adapter import OffsetStore
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 
 
 def test_init_offsets_sets_offsets_from_meta_and_reports_them(spark, sqlite_url, warehouse):

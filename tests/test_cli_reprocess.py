@@ -16,7 +16,7 @@ from offset_assets.cli import main
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 
 TID = "enrich_posts"
 

@@ -18,8 +18,8 @@ from pyspark.sql import DataFrame
 from bench.posts_world import ENRICHED, STATS, count_posts, enrich, make_world
 from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter import OffsetStore, incremental_asset, on_input_commits
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.pending import idle_result
-from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
 

@@ -12,7 +12,7 @@ import pytest
 
 from bench.posts_world import make_world, rows_of
 from offset_assets.control_plane import connect
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 

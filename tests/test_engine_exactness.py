@@ -51,8 +51,8 @@ from bench.posts_world import World, count_posts, enrich, make_world, rows_of
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.reprocess import ReprocessRequests
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.meta import meta_table
-from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned.compaction import compact

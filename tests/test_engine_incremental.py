@@ -7,7 +7,7 @@ import pytest
 from bench.posts_world import enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 from offset_assets.errors import LeaseHeldError
 
 

@@ -24,7 +24,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.posts_world import count_posts, make_world, rows_of
 from offset_assets.control_plane import connect
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.table import VersionedTable

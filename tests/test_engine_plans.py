@@ -20,8 +20,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.posts_world import make_world, rows_of
 from offset_assets.control_plane import connect
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.meta import meta_table
-from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.table import VersionedTable

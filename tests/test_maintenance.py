@@ -12,7 +12,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from bench.posts_world import enrich, make_world, rows_of
 from offset_assets.cli import main
 from offset_assets.control_plane import connect, database
-from offset_assets.engine.runner import IncrementalEngine
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.transformation import meta_table_name
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.maintenance import (

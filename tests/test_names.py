@@ -17,8 +17,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog, JobNameError
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.errors import TransformationDefinitionError
-from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import TRANSFORMATION_ID_MAX_LENGTH, Transformation, TransformInput
 from offset_assets.ranges.ingestion import IngestionJob, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner

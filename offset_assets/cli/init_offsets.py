@@ -15,8 +15,8 @@ from offset_assets.cli.offsets import iso_utc, require_known
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.errors import TransformationDefinitionError
-from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
 from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable

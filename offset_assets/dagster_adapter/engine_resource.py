@@ -29,8 +29,8 @@ from offset_assets.control_plane.leases import DEFAULT_TTL_S
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
-from offset_assets.engine.runner import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
 from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable

@@ -48,7 +48,7 @@ from offset_assets.dagster_adapter.asset_spec import (
 from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.run_report import report_run
-from offset_assets.engine.runner import TransformationRun
+from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import TransformFunction
 
 

@@ -88,7 +88,7 @@ class OffsetStore(dg.ConfigurableResource):
         with the Spark session of the transformation's tables: set the offsets of a
         transformation that ran without them from its meta, so that switching to offsets
         redoes no work (never lowers an existing offset)."""
-        from offset_assets.engine.runner import IncrementalEngine
+        from offset_assets.engine import IncrementalEngine
 
         spark = transformation.outputs[0].spark
         return IncrementalEngine(spark, self.control_plane()).initialize_offsets_from_transform_meta(transformation)

@@ -22,6 +22,7 @@ reprocess, v1's whole meta), so no JVM holds a relation proportional to the tabl
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
@@ -225,9 +226,11 @@ def latest_meta_of(meta: VersionedTable, deltas: Sequence[DeltaInfo]) -> DataFra
 
 
 def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapshot: RunSnapshot,
-                   requested_ts: float, broadcast_limit: int | None = None) -> DataFrame:
+                   requested_ts: float, broadcast_limit: int | None = None,
+                   meta_deltas: Sequence[DeltaInfo] | None = None) -> DataFrame:
     """Keys a pending reprocess request still covers: every key in the inputs or the meta
-    whose meta is older than the request (or missing, or failed)."""
+    whose meta is older than the request (or missing, or failed). `meta_deltas`: the
+    meta's committed deltas, when the caller has listed them."""
     keys = list(transformation.transform_keys)
     known = meta.read_actual().select(*keys)
     for inp in transformation.primary_inputs:
@@ -235,7 +238,8 @@ def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapsho
         known = known.unionByName(_null_free(actual.select(*keys), keys))
     state = meta.read_actual().select(*keys, "process_ts", "is_success")
     if broadcast_limit is not None:
-        state = build_side(state, actual_bound(meta.catalog.committed(meta.name)), broadcast_limit)
+        listed = meta.catalog.committed(meta.name) if meta_deltas is None else meta_deltas
+        state = build_side(state, actual_bound(listed), broadcast_limit)
     waiting = known.distinct().join(state, on=keys, how="left").where(
         F.col("process_ts").isNull() | ~F.col("is_success") | (F.col("process_ts") < F.lit(requested_ts))
     )
@@ -253,7 +257,8 @@ class IndexRequest:
     `settled`: per input, the last delta a complete earlier run processed entirely (v2);
     `failed_deltas`: the meta deltas listed as holding failed keys, and `failed_since` the
     commit_ts of the oldest of them (v2); `reprocess_ts`: the clock value R of a pending
-    reprocess request."""
+    reprocess request; `meta_deltas`: the meta's committed deltas when the run listed them
+    already (None: the changed index lists them when it needs them)."""
 
     snapshot: RunSnapshot
     offsets: Mapping[str, float]
@@ -262,6 +267,11 @@ class IndexRequest:
     failed_deltas: Sequence[int] = ()
     failed_since: float | None = None
     reprocess_ts: float | None = None
+    meta_deltas: Sequence[DeltaInfo] | None = None
+
+    def meta_listing(self, meta: VersionedTable) -> list[DeltaInfo]:
+        """The meta's committed deltas: the run's listing, or the catalog's now."""
+        return meta.catalog.committed(meta.name) if self.meta_deltas is None else list(self.meta_deltas)
 
     def deltas_by_input(self, transformation: Transformation) -> dict[str, list[DeltaInfo]]:
         """The deltas each input contributes (inputs with none left out)."""
@@ -304,7 +314,7 @@ def listed_failure_deltas(meta: VersionedTable, request: IndexRequest) -> list[D
     if not (request.use_offsets and request.failed_deltas):
         return []
     listed = set(request.failed_deltas)
-    return [d for d in meta.catalog.committed(meta.name) if d.delta_num in listed]
+    return [d for d in request.meta_listing(meta) if d.delta_num in listed]
 
 
 def most_index_rows(transformation: Transformation, request: IndexRequest,
@@ -323,10 +333,12 @@ def most_index_rows(transformation: Transformation, request: IndexRequest,
         if meta is None:
             return None
         catalog = meta.catalog
-        tables = [(meta.name, None)] + [(inp.name, request.snapshot.deltas.get(inp.name, 0))
-                                        for inp in transformation.primary_inputs]
-        for name, up_to in tables:
-            bound = actual_bound(catalog.committed(name, up_to_delta=up_to))
+        listings = itertools.chain([request.meta_listing(meta)], (
+            catalog.committed(inp.name, up_to_delta=request.snapshot.deltas.get(inp.name, 0))
+            for inp in transformation.primary_inputs
+        ))
+        for listing in listings:
+            bound = actual_bound(listing)
             if bound is None:
                 return None
             waiting += bound
@@ -386,11 +398,15 @@ def _compute_changed_index(
             read_from = [deltas[0].commit_ts for deltas in by_input.values()]
             if request.failed_since is not None:
                 read_from.append(request.failed_since)
-            meta_deltas = meta.catalog.committed(meta.name, since_ts=min(read_from))
+            since = min(read_from)
+            if request.meta_deltas is None:
+                meta_deltas = meta.catalog.committed(meta.name, since_ts=since)
+            else:  # the same deltas, from the run's listing (commit_ts >= since, number order)
+                meta_deltas = [d for d in request.meta_deltas if d.commit_ts >= since]
             known, known_rows = latest_meta_of(meta, meta_deltas), versions_bound(meta_deltas)
         else:
             known = meta.read_actual()
-            known_rows = None if limit is None else actual_bound(meta.catalog.committed(meta.name))
+            known_rows = None if limit is None else actual_bound(request.meta_listing(meta))
         known = build_side(known.select(*keys, "process_ts", "is_success"), known_rows, limit)
         joined = candidates.join(known, on=keys, how="left")
         rows = joined.where(
@@ -399,7 +415,8 @@ def _compute_changed_index(
             | (F.col(TS_COL) > F.col("process_ts"))
         ).select(*keys, TS_COL, INPUT_COL)
     if request.reprocess_ts is not None:
-        waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts, limit)
+        waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts, limit,
+                                 meta_deltas=request.meta_deltas)
         rows = waiting if rows is None else rows.unionByName(waiting)
     if rows is None:
         return None

@@ -1,5 +1,9 @@
 """Committing a run's work: outputs, meta and offsets in one control-plane transaction.
 
+Here: the commit plan of a run's commit (`plan_commit`, from the run's `RunState`), the
+commit itself (`commit_batches`: meta delta, outputs, plan), and the end of a run's hot
+deltas that never commit (`rollback_quietly`, `discard_crashed_hot_deltas`).
+
 The deltas' commit transaction (`commit_transaction`) is opened here and the plan's
 rows are written into it by this module itself, so nothing calls back into the engine.
 What goes into the transaction besides the deltas:
@@ -14,18 +18,25 @@ What goes into the transaction besides the deltas:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
+from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import assert_lease_held
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
+from offset_assets.engine.meta import MetaPending, meta_frame
+from offset_assets.engine.state import RunState
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.table import VersionedTable
+
+log = logging.getLogger(__name__)
 
 
 def offsets_after(snapshot_commit_ts: Mapping[str, float], offsets_before: Mapping[str, float],
@@ -61,6 +72,85 @@ class CommitPlan:
 
     def writes(self) -> bool:
         return bool(self.offsets or self.reset_offsets or self.reprocess_request_ts is not None or self.final)
+
+
+def plan_commit(state: RunState, lease_holder: str, commit_mode: str,
+                batch_min_ts: Mapping[int, Mapping[str, float]], batch: int | None,
+                first: bool, final: bool) -> CommitPlan:
+    """The plan of one commit of a run: of `batch` (batch mode), or of the run's end
+    (`batch` None; `final`: the run is complete); `first`: nothing committed before."""
+    plan = CommitPlan(state.transformation_id, lease_holder, offsets=run_offsets(state, batch_min_ts, batch))
+    if state.reprocess_all and first:
+        plan.reset_offsets = True
+        if commit_mode == "batch":
+            plan.reprocess_request_ts = state.request_ts
+    if final and state.full:
+        plan.final = True
+        plan.complete_request_ts = state.request_ts
+        plan.drop_failed_deltas = state.listed_failures
+        # v1 as well as v2: a complete run of either processed every change up to its snapshot.
+        plan.settled = dict(state.snapshot.deltas)
+    return plan
+
+
+def run_offsets(state: RunState, batch_min_ts: Mapping[int, Mapping[str, float]],
+                batch: int | None) -> dict[str, float]:
+    """The offsets a commit of `batch` (None: the run's end) moves: never in a changelist
+    run, and in batch mode not past a change a later batch still waits for."""
+    if not state.full:
+        return {}  # run_changelist never moves offsets
+    waiting = [] if batch is None else [ts for later, ts in batch_min_ts.items() if later > batch]
+    return offsets_after(state.snapshot_commit_ts, state.offsets_before, waiting)
+
+
+def commit_batches(plane: ControlPlane, plan: CommitPlan, hots: Sequence[HotDelta], meta: VersionedTable,
+                   pending: MetaPending, process_ts: float, holder: str, run_id: str) -> list[HotDelta]:
+    """Write the meta of the `pending` batches into a meta delta and commit it with the
+    output deltas `hots` that hold rows, and `plan`, in one transaction (`hots` that hold
+    none are rolled back). Returns the committed deltas. On any error every delta is
+    rolled back and the error raised: nothing is committed."""
+    meta_hot = None
+    try:
+        if pending:
+            frame, rows, failed = meta_frame(meta, pending, process_ts)
+            if rows:
+                meta_hot = meta.open_delta(holder=holder, run_id=run_id)
+                meta_hot.write_new_versions(frame, rows)
+                plan.failed_meta_keys = failed
+        written = [hot for hot in hots if hot.rows_upserted or hot.rows_deleted or hot.rows_unchanged]
+        for hot in hots:
+            if hot not in written:
+                hot.rollback()
+        commit_run_work(plane, written, meta_hot, plan)
+    except BaseException:
+        for hot in [*hots, *([meta_hot] if meta_hot else [])]:
+            rollback_quietly(hot)
+        raise
+    return [*written, *([meta_hot] if meta_hot else [])]
+
+
+def rollback_quietly(hot: HotDelta) -> None:
+    """Roll `hot` back if it is open, logging (not raising) a failure: the error that
+    made the caller roll back matters more."""
+    if not hot.is_open:
+        return
+    try:
+        hot.rollback()
+    except Exception:  # noqa: BLE001 - the original error matters more
+        log.exception("rollback of hot delta %s of %s failed", hot.delta_num, hot.table.name)
+
+
+def discard_crashed_hot_deltas(tables: Sequence[VersionedTable], transformation_id: str) -> None:
+    """Roll back the hot deltas of `tables` that an earlier run of the transformation left.
+    The caller holds the lease, so such a delta belongs to a run that died before
+    committing: its files are garbage."""
+    prefix = f"{transformation_id}:"
+    for table in tables:
+        hot = table.hot()
+        if hot is not None and (hot.holder or "").startswith(prefix):
+            log.warning("discarding hot delta %s of %s left by crashed run %s",
+                        hot.delta_num, table.name, hot.holder)
+            table.rollback_hot()
 
 
 def commit_run_work(plane, hots: Sequence[HotDelta], meta_hot: HotDelta | None, plan: CommitPlan,  # noqa: ANN001

@@ -1,4 +1,5 @@
-"""The keys of one run, split into batches.
+"""The keys of one run, split into batches: which keys a run processes (`select_keys`:
+the changed index of a full run, or a changelist's given keys) and how they are held.
 
 The changed index is usually small (the changes since the offsets), so it is collected
 once and held by the driver: batches, batch sizes, per-batch oldest change and the
@@ -11,19 +12,35 @@ the batch size bounds a batch within the limit, so that no JVM holds the key set
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from offset_assets.engine.changed_index import BATCH_COL, FIRST_TS_COL, INPUT_COL, TS_COL, assign_batches
+from offset_assets.control_plane.delta_catalog import DeltaInfo
+from offset_assets.engine.changed_index import (
+    BATCH_COL,
+    FIRST_TS_COL,
+    INPUT_COL,
+    TS_COL,
+    assign_batches,
+    compute_changed_index,
+)
+from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues
+from offset_assets.engine.state import RunState
+from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_DRIVER_LIMIT = 100_000
 
 Key = tuple
+
+# The keys a changelist run is given: a DataFrame, or rows (mappings) of transform-key values.
+KeysLike = DataFrame | Sequence[Mapping[str, Any]]
 
 
 @dataclass
@@ -37,6 +54,16 @@ class LocalKeys:
 
     def batch(self, number: int) -> KeyValues:
         return KeyValues(self.columns, tuple(self.batches[number]))
+
+    def batch_sizes(self) -> dict[int, int]:
+        return {i: len(b) for i, b in enumerate(self.batches)}
+
+    def batch_min_ts(self) -> dict[int, dict[str, float]]:
+        """Per batch: input -> oldest change (what batch-mode offsets wait for)."""
+        return dict(enumerate(self.min_ts))
+
+    def release(self) -> None:
+        """Nothing to release: the driver holds the keys."""
 
 
 @dataclass
@@ -55,6 +82,16 @@ class DistributedKeys:
     def batch(self, number: int) -> DataFrame:
         keys = self.frame.where(F.col(BATCH_COL) == number).select(*self.columns)
         return keys.hint("merge") if self.shuffled else keys
+
+    def batch_sizes(self) -> dict[int, int]:
+        return dict(self.sizes)
+
+    def batch_min_ts(self) -> dict[int, dict[str, float]]:
+        """Per batch: input -> oldest change (what batch-mode offsets wait for)."""
+        return self.min_ts
+
+    def release(self) -> None:
+        self.frame.unpersist()
 
 
 def _sort_key(first_ts: float | None, key: Key) -> tuple:
@@ -117,3 +154,71 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
             min_ts.setdefault(row[BATCH_COL], {})[row[INPUT_COL]] = row["min_ts"]
     shuffled = broadcast_limit is not None and (batch_size is None or batch_size > broadcast_limit)
     return DistributedKeys(tuple(columns), frame, sizes, min_ts, shuffled)
+
+
+@dataclass
+class SelectedKeys:
+    """The keys a run processes, and the deltas whose versions loading may reuse: per
+    primary input, the deltas the changed index read when the keys are held by the driver
+    and offsets are in use (`loading.InputLoader`); none otherwise."""
+
+    keys: LocalKeys | DistributedKeys
+    deltas_read: Mapping[str, Sequence[DeltaInfo]] = field(default_factory=dict)
+
+
+def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explicit: KeysLike | None,
+                pushdown_limit: int, limit: int) -> SelectedKeys:
+    """The keys of a run: `explicit` ones (a changelist), else the changed index of `state`,
+    collected when within `limit` rows, else kept distributed."""
+    columns = list(t.transform_keys)
+    if explicit is not None:
+        return SelectedKeys(explicit_keys(t, explicit, limit))
+    request = state.request
+    by_input = state.by_input
+    deltas_read = by_input if request.use_offsets else {}
+    index = compute_changed_index(t, meta, request, pushdown_limit, by_input, broadcast_limit=limit)
+    if index is None:
+        return SelectedKeys(local_from_keys(columns, [], t.batch_size), deltas_read)
+    if index.most_rows is not None and index.most_rows <= limit:
+        # The catalog bounds the index within the limit: collect it, one job.
+        return SelectedKeys(local_from_rows(columns, index.rows.collect(), t.batch_size), deltas_read)
+    rows = index.rows.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # Not bounded by the catalog (v1, a reference input's changes): count, then
+        # collect from the cache, two jobs. (A `limit().collect()` is a `take`, which
+        # scans partitions in growing rounds: one job per round.) Bounded above the
+        # limit (a first run, a reprocess of a large table): no count, the keys stay
+        # distributed and the run streams through their batches.
+        if index.most_rows is None and rows.count() <= limit:
+            return SelectedKeys(local_from_rows(columns, rows.collect(), t.batch_size), deltas_read)
+        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size,
+                                                  with_min_ts=t.commit_mode == "batch", broadcast_limit=limit))
+    finally:
+        rows.unpersist()
+
+
+def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | DistributedKeys:
+    """The keys a changelist run is given, checked for the transform-key columns."""
+    columns = list(t.transform_keys)
+    if isinstance(keys, DataFrame):
+        missing = [k for k in columns if k not in keys.columns]
+        if missing:
+            raise TransformationOutputError(
+                f"run_changelist of {t.transformation_id!r}: keys lack column(s) {missing}"
+            )
+        frame = keys.select(*columns).where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns)).distinct()
+        collected = frame.limit(limit + 1).collect()
+        if len(collected) > limit:
+            rows = frame.select(*columns, F.lit(None).cast("double").alias("update_ts"),
+                                F.lit(None).cast("string").alias("_input_name"))
+            return distributed_from_rows(columns, rows, t.batch_size, with_min_ts=False, broadcast_limit=limit)
+        return local_from_keys(columns, [tuple(row) for row in collected], t.batch_size)
+    values = []
+    for row in keys:
+        missing = [k for k in columns if k not in row]
+        if missing:
+            raise TransformationOutputError(
+                f"run_changelist of {t.transformation_id!r}: key {dict(row)!r} lacks column(s) {missing}"
+            )
+        values.append(tuple(row[k] for k in columns))
+    return local_from_keys(columns, values, t.batch_size)

@@ -1,4 +1,5 @@
-"""Reading only the rows a run needs (the filtered join).
+"""Reading only the rows a run needs (the filtered join): the input frames of a batch
+(`InputLoader`) and the key lookups they are built from.
 
 A run never reads a whole table to find a handful of rows. Keys are held by the driver
 when they are few (`KeyValues`: the changed keys of one batch) and pushed down to the
@@ -16,7 +17,8 @@ JVM holds whole.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +27,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.delta_catalog import DeltaInfo
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
+from offset_assets.versioned.reads import broadcast_limit
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_PUSHDOWN_LIMIT = 2_000
@@ -127,3 +132,123 @@ def read_actual_matching(
                 return table.read_actual(as_of_delta=as_of_delta).where(F.lit(False))
             return table.read_actual(as_of_delta=as_of_delta, where_in={column: found})
     return table.read_actual(as_of_delta=as_of_delta, keys=build_side(wanted, most_values, broadcast_limit))
+
+
+def union_all(frames: Sequence[DataFrame]) -> DataFrame:
+    """`frames` unioned by column name (at least one)."""
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+@dataclass(frozen=True)
+class RunReads:
+    """The limits a run's reads follow: `pushdown_limit` key values go into an IN filter,
+    and a join broadcasts only what the catalog bounds within `driver_keys_limit`."""
+
+    pushdown_limit: int
+    driver_keys_limit: int
+
+    def planned(self) -> AbstractContextManager[Any]:
+        """Reads built in this block broadcast only what the catalog bounds within the
+        driver limit (`versioned.reads.broadcast_limit`)."""
+        return broadcast_limit(self.driver_keys_limit)
+
+    def for_keys(self, table: VersionedTable, keys: KeyValues | DataFrame, as_of: int | None) -> DataFrame:
+        """Actual rows of `table` (as of `as_of`) for a batch's keys."""
+        with self.planned():
+            if isinstance(keys, KeyValues):
+                return read_actual_of_keys(table, keys, as_of, self.pushdown_limit)
+            # A batch of distributed keys: hinted by `DistributedKeys.batch`.
+            return table.read_actual(as_of_delta=as_of, keys=keys)
+
+
+Persist = Callable[[DataFrame], DataFrame]
+
+
+@dataclass(frozen=True)
+class InputLoader:
+    """The input frames of a run's batches, as of the run snapshot (`snapshot_deltas`).
+
+    `deltas_read`: per input, the deltas the changed index read (`keys.SelectedKeys`);
+    `marked_by`: per key held by the driver, the inputs whose changes marked it."""
+
+    t: Transformation
+    snapshot_deltas: Mapping[str, int]
+    deltas_read: Mapping[str, Sequence[DeltaInfo]]
+    marked_by: Mapping[tuple, set[str]]
+    reads: RunReads
+
+    def frames(self, keys: KeyValues | DataFrame, persist: Persist, result: RunResult) -> dict[str, DataFrame]:
+        """Actual rows of every input for the batch's `keys`, each persisted by `persist`.
+
+        Primary inputs are read for the batch's keys; reference inputs only for the join
+        values those rows hold (filtered join), never whole. One aggregate per primary
+        input counts its rows and collects those join values in the same Spark job."""
+        t = self.t
+        frames: dict[str, DataFrame] = {}
+        join_values: dict[str, set[tuple]] = {}
+        distributed_values: dict[str, list[DataFrame]] = {}
+        for inp in t.primary_inputs:
+            frame = persist(self._primary_frame(inp, keys))
+            frames[inp.name] = frame
+            columns = sorted({c for ref in t.reference_inputs for c in ref.join_keys
+                              if c in inp.table.data_columns})
+            if isinstance(keys, DataFrame):
+                # Distributed keys: the join values stay distributed too (a batch's may be
+                # as many as its rows), and the reference is semi-joined with them.
+                result.add_rows_read(inp.name, frame.count())
+                for ref in t.reference_inputs:
+                    if set(ref.join_keys) <= set(columns):
+                        distributed_values.setdefault(ref.name, []).append(frame.select(*ref.join_keys))
+                continue
+            groups = frame.groupBy(*columns).count().collect()
+            result.add_rows_read(inp.name, sum(row["count"] for row in groups))
+            for ref in t.reference_inputs:
+                if set(ref.join_keys) <= set(columns):
+                    wanted = join_values.setdefault(ref.name, set())
+                    wanted.update(tuple(row[c] for c in ref.join_keys) for row in groups)
+        for ref in t.reference_inputs:
+            as_of = self.snapshot_deltas.get(ref.name, 0)
+            if isinstance(keys, DataFrame):
+                with self.reads.planned():
+                    if ref.name in distributed_values:
+                        frame = read_actual_matching(ref.table, union_all(distributed_values[ref.name]),
+                                                     dict(ref.join_keys), as_of, self.reads.pushdown_limit,
+                                                     broadcast_limit=self.reads.driver_keys_limit)
+                    else:
+                        frame = ref.table.read_actual(as_of_delta=as_of).where(F.lit(False))
+                frames[ref.name] = persist(frame.select(*ref.table.data_columns))
+                result.add_rows_read(ref.name, frames[ref.name].count())
+                continue
+            values = tuple(v for v in join_values.get(ref.name, ()) if None not in v)
+            wanted = KeyValues(tuple(ref.join_keys.values()), values)
+            with self.reads.planned():
+                frame = read_actual_of_keys(ref.table, wanted, as_of, self.reads.pushdown_limit)
+            frames[ref.name] = persist(frame.select(*ref.table.data_columns))
+            result.add_rows_read(ref.name, frames[ref.name].count())
+        return frames
+
+    def _primary_frame(self, inp: TransformInput, keys: KeyValues | DataFrame) -> DataFrame:
+        """Actual rows of a primary input for the batch's keys. Keys that this input's
+        changes marked are read from the deltas the run read (their newest version is
+        there); others (failed, reprocessed, marked through a reference) from the table."""
+        table, as_of = inp.table, self.snapshot_deltas.get(inp.name, 0)
+        deltas = self.deltas_read.get(inp.name)
+        if (not isinstance(keys, KeyValues) or not deltas
+                or set(table.primary_key) != set(self.t.transform_keys)):
+            return self.reads.for_keys(table, keys, as_of).select(*table.data_columns)
+        # KeyValues columns follow the transform keys; the primary key may list them in
+        # another order, which `latest_of_keys` does not mind (it joins by name).
+        marked = self.marked_by
+        via_changes = tuple(k for k in keys.rows if inp.name in marked.get(k, ()))
+        others = tuple(k for k in keys.rows if inp.name not in marked.get(k, ()))
+        parts = []
+        if via_changes:
+            parts.append(latest_of_keys(table, deltas, KeyValues(keys.columns, via_changes),
+                                        self.reads.pushdown_limit))
+        if others or not parts:
+            parts.append(self.reads.for_keys(table, KeyValues(keys.columns, others), as_of)
+                         .select(*table.data_columns))
+        return union_all(parts)

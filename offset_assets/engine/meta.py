@@ -1,4 +1,5 @@
-"""Per-key transform meta: when each transform key was last processed and whether it worked.
+"""Per-key transform meta: when each transform key was last processed and whether it
+worked; its table, and the meta frame a commit writes for processed and failed batches.
 
 Meta grows with the data, so it lives in the data plane as a versioned table of its own
 (`_meta__<transformation_id>`), committed in the same control-plane transaction as the
@@ -7,16 +8,22 @@ outputs it describes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, StringType, StructField, StructType
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.engine.loading import KeyValues, union_all
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.table import VersionedTable
 
 META_COLUMNS = ("process_ts", "is_success", "error")
 ERROR_TEXT_LIMIT = 4000
+
+# The batches a commit records in meta: each batch's keys, and its error text (None: success).
+MetaPending = Sequence[tuple[KeyValues | DataFrame, str | None]]
 
 
 def meta_schema(transformation: Transformation) -> StructType:
@@ -55,3 +62,18 @@ def meta_rows(keys: DataFrame, process_ts: float, error: str | None) -> DataFram
         F.lit(error is None).alias("is_success"),
         F.lit(text).cast(StringType()).alias("error"),
     )
+
+
+def meta_frame(meta: VersionedTable, pending: MetaPending, process_ts: float) -> tuple[DataFrame, int, int]:
+    """(meta rows, rows, failed rows) of processed and failed batches: a local relation
+    when the driver holds every batch's keys, else a union counted in Spark."""
+    if all(isinstance(keys, KeyValues) for keys, _ in pending):
+        rows = [(*key, process_ts, error is None, None if error is None else error[:ERROR_TEXT_LIMIT])
+                for keys, error in pending for key in keys.rows]
+        failed = sum(len(keys.rows) for keys, error in pending if error is not None)
+        return meta.spark.createDataFrame(rows, meta.schema), len(rows), failed
+    frames = [meta_rows(keys if isinstance(keys, DataFrame) else keys.frame(meta), process_ts, error)
+              for keys, error in pending]
+    sizes = [len(k.rows) if isinstance(k, KeyValues) else k.count() for k, _ in pending]
+    failed = sum(size for size, (_, error) in zip(sizes, pending, strict=True) if error is not None)
+    return union_all(frames), sum(sizes), failed

@@ -3,16 +3,15 @@ that ran without offsets to offsets, without redoing its work."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyspark.sql import functions as F
 
 from offset_assets.engine.changed_index import INPUT_COL, TS_COL, IndexRequest, RunSnapshot, compute_changed_index
 from offset_assets.engine.meta import meta_table
+from offset_assets.engine.state import RunEngine
 from offset_assets.engine.transformation import Transformation
 
 
-def initialize_offsets_from_transform_meta(engine: Any, transformation: Transformation) -> dict[str, float]:
+def initialize_offsets_from_transform_meta(engine: RunEngine, transformation: Transformation) -> dict[str, float]:
     """Per input, offset = the newest commit not after the oldest successful process_ts
     (the seed's rule), capped by the oldest version that the meta shows as not yet
     processed (found by the v1 comparison): the seed assumes meta written by full runs,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
@@ -26,14 +26,20 @@ from offset_assets.errors import OffsetAssetsError
 
 def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnapshot,
                   offsets: Mapping[str, float], change_detection: str, reprocess_ts: float | None,
-                  listed_failures: Sequence[int], use_settled: bool = True) -> IndexRequest:
+                  listed_failures: Sequence[int], use_settled: bool = True,
+                  meta_deltas: Sequence[DeltaInfo] | None = None) -> IndexRequest:
     """What the control plane tells the changed index (offsets, settled deltas, listed
-    failures, a pending reprocess request)."""
+    failures, a pending reprocess request). `meta_deltas`: the meta's committed deltas
+    when the caller has listed them (a run does, `RunState`): the oldest listed failure's
+    delta is found there, and the changed index reads the listing no more."""
     use_offsets = change_detection == "v2"
     failed_since = None
     if use_offsets and listed_failures:
         meta_name = meta_table_name(transformation_id)
-        oldest = DeltaCatalog(plane).by_num(meta_name, listed_failures[0])
+        if meta_deltas is None:
+            oldest = DeltaCatalog(plane).by_num(meta_name, listed_failures[0])
+        else:
+            oldest = next((d for d in meta_deltas if d.delta_num == listed_failures[0]), None)
         if oldest is None:  # a run reading from a guessed point could miss failed keys
             raise OffsetAssetsError(
                 f"{transformation_id}: meta delta {listed_failures[0]} of {meta_name}, listed as "
@@ -51,6 +57,7 @@ def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnap
         failed_deltas=listed_failures,
         failed_since=failed_since,
         reprocess_ts=reprocess_ts,
+        meta_deltas=None if meta_deltas is None else tuple(meta_deltas),
     )
 
 

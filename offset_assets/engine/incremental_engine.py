@@ -1,5 +1,5 @@
-"""The incremental engine's entry points, without Dagster: run_full, run_changelist,
-changed_keys, offset resets and reprocess requests.
+"""`IncrementalEngine`: the incremental engine's entry points, without Dagster: run_full,
+run_changelist, changed_keys, offset resets and reprocess requests.
 
 Every run goes through one protocol, `TransformationRun` (`run.py`), which the Dagster
 IO manager drives too.
@@ -18,12 +18,12 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
 from offset_assets.engine.changed_index import ChangedIndex, compute_changed_index
-from offset_assets.engine.keys import DEFAULT_DRIVER_LIMIT
+from offset_assets.engine.keys import DEFAULT_DRIVER_LIMIT, KeysLike
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.pending import current_request
 from offset_assets.engine.result import RunResult
-from offset_assets.engine.run import KeysLike, TransformationRun
+from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import ChangeDetection, Transformation
 
 __all__ = ["IncrementalEngine", "KeysLike", "TransformationRun"]

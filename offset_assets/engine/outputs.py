@@ -1,0 +1,171 @@
+"""A batch's outputs: checked, then written as replacements with tombstones; a row for a
+key the batch did not process refuses the write.
+
+`OutputWriter` checks what the function returned (one DataFrame per declared output,
+with every data column), writes each output's replacement of the batch's keys (new rows
+plus tombstones of the rows a key no longer yields) into the output's hot delta, and
+flags stray rows (a transform key the batch did not process) so that the write refuses
+them (`Refusal`) within its own classification, with no Spark job of its own. In end
+commit mode the hot deltas stay open across batches until the run commits them; a
+failed batch's writes are undone (`HotDelta.savepoint/restore`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from offset_assets.engine.commit import rollback_quietly
+from offset_assets.engine.errors import TransformationOutputError
+from offset_assets.engine.loading import KeyValues, Persist, RunReads
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.in_filter import in_values
+from offset_assets.versioned.table import VersionedTable
+from offset_assets.versioned.writes import Refusal
+
+# Columns the run adds to an output while writing it (never stored).
+STRAY, IN_BATCH = "__outside_batch", "__in_batch"
+
+
+class OutputWriter:
+    """Writes a run's outputs, batch by batch, into hot deltas named by `holder`.
+
+    `key_table`: a table with the transform-key columns (the meta), which types a batch's
+    keys held by the driver as a relation; `hots`: end mode's open hot deltas, one per
+    output, committed (or rolled back) with the run."""
+
+    def __init__(self, t: Transformation, holder: str, run_id: str, reads: RunReads,
+                 key_table: VersionedTable, result: RunResult) -> None:
+        self.t = t
+        self.holder = holder
+        self.run_id = run_id
+        self.reads = reads
+        self.key_table = key_table
+        self.result = result
+        self.hots: dict[str, HotDelta] = {}
+
+    def evaluate(self, produced: DataFrame | Mapping[str, DataFrame], persist: Persist) -> dict[str, DataFrame]:
+        """The function's outputs by name, each reduced to its table's data columns and
+        persisted; a missing output or column raises `TransformationOutputError`."""
+        t, tid = self.t, self.t.transformation_id
+        by_name = {out.name: out for out in t.outputs}
+        if isinstance(produced, DataFrame):
+            if len(t.outputs) != 1:
+                raise TransformationOutputError(
+                    f"transformation {tid!r} has outputs {sorted(by_name)}: return a mapping of them"
+                )
+            produced = {t.outputs[0].name: produced}
+        if not isinstance(produced, Mapping) or set(produced) != set(by_name):
+            got = sorted(produced) if isinstance(produced, Mapping) else type(produced).__name__
+            raise TransformationOutputError(
+                f"transformation {tid!r} must return DataFrames for outputs {sorted(by_name)}, got {got}"
+            )
+        evaluated = {}
+        for name, df in produced.items():
+            table = by_name[name]
+            missing = [c for c in table.data_columns if c not in df.columns]
+            if missing:
+                raise TransformationOutputError(
+                    f"transformation {tid!r}: output {name!r} lacks column(s) {missing}"
+                )
+            evaluated[name] = persist(df.select(*table.data_columns))
+        return evaluated
+
+    def write(self, keys: KeyValues | DataFrame, outputs: Mapping[str, DataFrame],
+              shuffled: bool) -> dict[str, HotDelta]:
+        """Write each output's replacement of the batch's `keys` into its hot delta
+        (`shuffled`: a batch may be too large to broadcast its output's keys)."""
+        batch_mode = self.t.commit_mode == "batch"
+        by_name = {out.name: out for out in self.t.outputs}
+        hots: dict[str, HotDelta] = {}
+        savepoints = {}
+        stats = {}
+        try:
+            for name, df in outputs.items():
+                table = by_name[name]
+                if batch_mode or name not in self.hots:
+                    hot = table.open_delta(holder=self.holder, run_id=self.run_id)
+                    if not batch_mode:
+                        self.hots[name] = hot
+                else:
+                    hot = self.hots[name]
+                hots[name] = hot
+                savepoints[name] = hot.savepoint()
+                stats[name] = self._write_replacement(hot, table, df, keys, shuffled)
+        except BaseException:
+            # The other outputs of a failed batch must not keep its rows: end mode undoes
+            # this batch's writes in the run's hot deltas, batch mode drops its own.
+            for name, hot in hots.items():
+                if not batch_mode:
+                    hot.restore(savepoints[name])
+                else:
+                    rollback_quietly(hot)
+            raise
+        for name, written in stats.items():
+            self.result.add_written(name, written.rows_upserted, written.rows_deleted)
+        return hots
+
+    def discard(self) -> None:
+        """Roll back the open hot deltas of a run that ends without committing them."""
+        for hot in self.hots.values():
+            rollback_quietly(hot)
+
+    def _flag_stray_rows(self, output: DataFrame, keys: KeyValues | DataFrame) -> DataFrame:
+        """`output` with a column STRAY: true where the row's transform key is not one of
+        the batch's keys. The write refuses such rows (`Refusal`) within its own
+        classification, so the check costs no Spark job of its own."""
+        if isinstance(keys, KeyValues) and keys.fit_in_filter(self.reads.pushdown_limit):
+            # A filter, not a join: broadcasting even a tiny key relation is a job.
+            column = F.col(f"`{keys.columns[0]}`")
+            return output.withColumn(
+                STRAY, column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows]))
+        frame = keys.frame(self.key_table) if isinstance(keys, KeyValues) else keys
+        in_batch = frame.withColumn(IN_BATCH, F.lit(True))
+        joined = output.join(in_batch, on=list(self.t.transform_keys), how="left")
+        return joined.withColumn(STRAY, F.col(IN_BATCH).isNull()).drop(IN_BATCH)
+
+    def _write_replacement(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
+                           keys: KeyValues | DataFrame, shuffled: bool) -> Any:
+        """The processed keys' new output, plus deletes of their previous output rows that
+        the new output no longer has: one write of upserts and tombstones. A row for a
+        transform key the batch did not process refuses the write."""
+        transform_keys = list(self.t.transform_keys)
+        previous = self.reads.for_keys(table, keys, None).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            pk = list(table.primary_key)
+            # The new output's keys: left to Spark (a broadcast, a job of its own) when the
+            # batch's keys are bounded, shuffled when a batch may be larger than the limit.
+            new_keys = new.select(*pk)
+            if shuffled:
+                new_keys = new_keys.hint("merge")
+            gone = previous.select(*pk).join(new_keys, on=pk, how="left_anti")
+            deletes = gone.select(
+                *[F.col(c) if c in pk else F.lit(None).cast(table.schema[c].dataType).alias(c)
+                  for c in table.data_columns],
+                F.lit(1).alias("sys_op"),
+                F.lit(False).alias(STRAY),
+            )
+            rows = self._flag_stray_rows(new, keys).withColumn("sys_op", F.lit(0)).unionByName(deletes)
+            # Every written key's actual row belongs to a processed key when the output's
+            # primary key holds the transform keys: the read above is then the whole
+            # candidate set and the write reads nothing more.
+            actual = previous if set(transform_keys) <= set(pk) else None
+            tid = self.t.transformation_id
+
+            def stray_error(example: dict) -> Exception:
+                return TransformationOutputError(
+                    f"transformation {tid!r}: output {table.name!r} has a row for transform key "
+                    f"{example} that this batch did not process"
+                )
+
+            # Batch mode writes each output delta once, then commits it.
+            return hot.write(rows, actual=actual, refusal=Refusal(STRAY, transform_keys, stray_error),
+                             last=self.t.commit_mode == "batch")
+        finally:
+            previous.unpersist()

@@ -1,0 +1,129 @@
+"""A run's state, read once: what the control plane tells a run when it starts.
+
+`RunState.read` runs once per run, after the lease is taken: the snapshot (each input's
+last committed delta and the commit clock), the offsets, and for a full run the pending
+reprocess request, the meta deltas listed as holding failed keys, the settled deltas
+(`IndexRequest`) and the deltas each input contributes since its offset, with their row
+counts (which bound the changed index before any Spark job). Key selection (`keys.py`),
+loading (`loading.py`) and the commit plan (`commit.py`) take what they need from it and
+read none of it again; only the commit transaction reads (and writes) the control plane
+after it, for its own checks (`commit.py`).
+
+`RunEngine` names the parts of an `IncrementalEngine` a run uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pyspark.sql import SparkSession
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
+from offset_assets.control_plane.failures import FailedDeltas
+from offset_assets.control_plane.leases import RunLeases
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.control_plane.reprocess import ReprocessRequests
+from offset_assets.engine.changed_index import IndexRequest, RunSnapshot
+from offset_assets.engine.pending import index_request
+from offset_assets.engine.transformation import Transformation
+
+log = logging.getLogger(__name__)
+
+
+class RunEngine(Protocol):
+    """What a run uses of its engine (`IncrementalEngine` is one)."""
+
+    spark: SparkSession
+    plane: ControlPlane
+    catalog: DeltaCatalog
+    offsets: OffsetRepository
+    leases: RunLeases
+    lease_ttl_s: float
+    pushdown_limit: int
+    driver_keys_limit: int
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a run works from, read from the control plane at its start.
+
+    `offsets_before`: the offsets the run reads from (none for a backfill, whose first
+    commit deletes `offsets_reset`); `request_ts`: the clock value R of the reprocess the
+    run fulfils (a backfill's own snapshot clock, else a pending request's); `request` and
+    `by_input` (the deltas each input contributes) only for a full run, and
+    `snapshot_commit_ts` (the commit_ts of each input's snapshot delta, what its offset
+    moves to) too: a changelist run never moves offsets."""
+
+    transformation_id: str
+    full: bool
+    reprocess_all: bool
+    snapshot: RunSnapshot
+    offsets_before: Mapping[str, float]
+    offsets_reset: Mapping[str, float] = field(default_factory=dict)
+    request_ts: float | None = None
+    listed_failures: Sequence[int] = ()
+    request: IndexRequest | None = None
+    by_input: Mapping[str, list[DeltaInfo]] = field(default_factory=dict)
+    snapshot_commit_ts: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, engine: RunEngine, t: Transformation, full: bool, change_detection: str,
+             reprocess_all: bool = False) -> RunState:
+        """The state of a run of `t` starting now (the caller holds its lease)."""
+        tid, catalog = t.transformation_id, engine.catalog
+        input_names = [inp.name for inp in t.inputs]
+        deltas, clock = catalog.snapshot_state(input_names)
+        snapshot = RunSnapshot(deltas, clock)
+        offsets = engine.offsets.get_offsets_for_transformation(tid)
+        offsets_reset: dict[str, float] = {}
+        request_ts: float | None = None
+        if reprocess_all:
+            # The reset is written in the run's first commit: a backfill that fails before
+            # it leaves the offsets as they were.
+            offsets_reset = dict(offsets)
+            log.warning("reprocess_all: %s processes every key; offsets %s are reset at commit",
+                        tid, offsets_reset)
+            offsets = {}
+            # R = this run's process_ts: every earlier process_ts is smaller, so it covers
+            # whatever a pending request covers and more.
+            request_ts = clock
+        elif full:
+            # A reprocess covers the keys whose meta is older than the pending request's R.
+            # (A changelist run fulfils no request: it does not read it.)
+            request_ts = ReprocessRequests(engine.plane).pending(tid)
+        if not full:
+            return cls(tid, full=False, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
+                       offsets_reset=offsets_reset, request_ts=request_ts)
+        listed = FailedDeltas(engine.plane).listed(tid)
+        use_offsets = change_detection == "v2"
+        # The meta's delta listing, when the changed index needs it (listed failures, a
+        # reprocess's bound, v1's meta bound): read here once for all of them.
+        needs_meta_deltas = (use_offsets and bool(listed)) or request_ts is not None or not use_offsets
+        meta_deltas = catalog.committed(t.meta_table_name) if needs_meta_deltas else None
+        request = index_request(engine.plane, tid, snapshot, offsets, change_detection, request_ts, listed,
+                                use_settled=not reprocess_all, meta_deltas=meta_deltas)
+        by_input = request.deltas_by_name(catalog, input_names)
+        return cls(tid, full=True, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
+                   offsets_reset=offsets_reset, request_ts=request_ts, listed_failures=listed,
+                   request=request, by_input=by_input,
+                   snapshot_commit_ts=_snapshot_commit_ts(catalog, snapshot, by_input))
+
+
+def _snapshot_commit_ts(catalog: DeltaCatalog, snapshot: RunSnapshot,
+                        by_input: Mapping[str, Sequence[DeltaInfo]]) -> dict[str, float]:
+    """The commit_ts of each input's snapshot delta: from the deltas the run reads when
+    the snapshot delta is among them (an input with changes), else from the catalog."""
+    found = {}
+    for name, num in snapshot.deltas.items():
+        if num <= 0:
+            continue
+        listed = by_input.get(name)
+        if listed and listed[-1].delta_num == num:
+            found[name] = listed[-1].commit_ts
+        else:
+            found[name] = catalog.by_num(name, num).commit_ts
+    return found
