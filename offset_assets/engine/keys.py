@@ -134,12 +134,20 @@ def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int
     return LocalKeys(tuple(columns), [distinct[i:i + size] for i in range(0, len(distinct), size)])
 
 
+def storage_level(large: bool) -> StorageLevel:
+    """Where a run keeps a frame it reads more than once: a batch larger than the catalog's
+    limit on disk only, so that its cached blocks (locked while a task reads them) never
+    hold the memory the same task's sorts and joins need; a small one in memory first."""
+    return StorageLevel.DISK_ONLY if large else StorageLevel.MEMORY_AND_DISK
+
+
 def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: int | None,
                           with_min_ts: bool, broadcast_limit: int | None = None) -> DistributedKeys:
     """Batches of a large index, numbered in Spark (persisted: every batch reads it).
     Joins with a batch may broadcast it only when `batch_size` is within `broadcast_limit`."""
     keys = rows.groupBy(*columns).agg(F.min(TS_COL).alias(FIRST_TS_COL))
-    frame = assign_batches(keys, list(columns), batch_size).persist(StorageLevel.MEMORY_AND_DISK)
+    shuffled = broadcast_limit is not None and (batch_size is None or batch_size > broadcast_limit)
+    frame = assign_batches(keys, list(columns), batch_size).persist(storage_level(shuffled))
     sizes = {row[BATCH_COL]: row["count"] for row in frame.groupBy(BATCH_COL).count().collect()}
     min_ts: dict[int, dict[str, float]] = {}
     if with_min_ts and sizes:
@@ -152,7 +160,6 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
         )
         for row in per_batch:
             min_ts.setdefault(row[BATCH_COL], {})[row[INPUT_COL]] = row["min_ts"]
-    shuffled = broadcast_limit is not None and (batch_size is None or batch_size > broadcast_limit)
     return DistributedKeys(tuple(columns), frame, sizes, min_ts, shuffled)
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from offset_assets.engine.commit import rollback_quietly
 from offset_assets.engine.errors import TransformationOutputError
+from offset_assets.engine.keys import storage_level
 from offset_assets.engine.loading import KeyValues, Persist, RunReads
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
@@ -136,7 +136,7 @@ class OutputWriter:
         the new output no longer has: one write of upserts and tombstones. A row for a
         transform key the batch did not process refuses the write."""
         transform_keys = list(self.t.transform_keys)
-        previous = self.reads.for_keys(table, keys, None).persist(StorageLevel.MEMORY_AND_DISK)
+        previous = self.reads.for_keys(table, keys, None).persist(storage_level(shuffled))
         try:
             pk = list(table.primary_key)
             # The new output's keys: left to Spark (a broadcast, a job of its own) when the

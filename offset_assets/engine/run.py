@@ -33,14 +33,13 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.changed_index import RunSnapshot
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError
-from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
+from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys, storage_level
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.outputs import OutputWriter
@@ -172,7 +171,7 @@ class TransformationRun:
         return self._loader.frames(self._batch(batch), self._persist, self.result)
 
     def _persist(self, df: DataFrame) -> DataFrame:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        df = df.persist(storage_level(isinstance(self._keys, DistributedKeys) and self._keys.shuffled))
         self._batch_frames.append(df)
         return df
 
