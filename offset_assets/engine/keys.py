@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -33,6 +32,7 @@ from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues
 from offset_assets.engine.state import RunState
 from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_DRIVER_LIMIT = 100_000
@@ -134,13 +134,6 @@ def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int
     return LocalKeys(tuple(columns), [distinct[i:i + size] for i in range(0, len(distinct), size)])
 
 
-def storage_level(large: bool) -> StorageLevel:
-    """Where a run keeps a frame it reads more than once: a batch larger than the catalog's
-    limit on disk only, so that its cached blocks (locked while a task reads them) never
-    hold the memory the same task's sorts and joins need; a small one in memory first."""
-    return StorageLevel.DISK_ONLY if large else StorageLevel.MEMORY_AND_DISK
-
-
 def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: int | None,
                           with_min_ts: bool, broadcast_limit: int | None = None) -> DistributedKeys:
     """Batches of a large index, numbered in Spark (persisted: every batch reads it).
@@ -189,7 +182,8 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
     if index.most_rows is not None and index.most_rows <= limit:
         # The catalog bounds the index within the limit: collect it, one job.
         return SelectedKeys(local_from_rows(columns, index.rows.collect(), t.batch_size), deltas_read)
-    rows = index.rows.persist(StorageLevel.MEMORY_AND_DISK)
+    # Bounded above the limit: the index may not fit in memory, so it is cached on disk.
+    rows = index.rows.persist(storage_level(index.most_rows is not None))
     try:
         # Not bounded by the catalog (v1, a reference input's changes): count, then
         # collect from the cache, two jobs. (A `limit().collect()` is a `take`, which

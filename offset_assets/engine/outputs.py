@@ -20,10 +20,10 @@ from pyspark.sql import functions as F
 
 from offset_assets.engine.commit import rollback_quietly
 from offset_assets.engine.errors import TransformationOutputError
-from offset_assets.engine.keys import storage_level
 from offset_assets.engine.loading import KeyValues, Persist, RunReads
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.table import VersionedTable
@@ -166,6 +166,6 @@ class OutputWriter:
 
             # Batch mode writes each output delta once, then commits it.
             return hot.write(rows, actual=actual, refusal=Refusal(STRAY, transform_keys, stray_error),
-                             last=self.t.commit_mode == "batch")
+                             last=self.t.commit_mode == "batch", large=shuffled)
         finally:
             previous.unpersist()

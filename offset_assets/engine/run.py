@@ -39,13 +39,14 @@ from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.changed_index import RunSnapshot
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError
-from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys, storage_level
+from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.outputs import OutputWriter
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.state import RunEngine, RunState
 from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.hot_delta import HotDelta
 
 log = logging.getLogger(__name__)

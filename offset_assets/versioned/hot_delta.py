@@ -12,7 +12,6 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -26,6 +25,7 @@ from offset_assets.control_plane.delta_catalog import (
     SnapshotInfo,
 )
 from offset_assets.versioned import writes
+from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.errors import (
     ConflictingStatesError,
     DeltaClosedError,
@@ -95,7 +95,7 @@ class HotDelta:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
     def write(self, df: DataFrame, actual: DataFrame | None = None, refusal: Refusal | None = None,
-              last: bool = False) -> WriteStats:
+              last: bool = False, large: bool = False) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `actual`: the caller's read of the actual rows (data columns, sys_op, sys_from) of
@@ -105,12 +105,14 @@ class HotDelta:
         whole write, like bad input.
         `last`: no write into this delta follows (a later one is refused), so the rows
         that created no version get no file: that file only lets a later write into the
-        same delta refuse another state of those keys (a Spark job saved)."""
+        same delta refuse another state of those keys (a Spark job saved).
+        `large`: the rows may not fit in memory (a batch above the catalog's limit): the
+        frames the write reads twice are cached on disk only (`caching.storage_level`)."""
         self._check_writable("write to")
         table = self.table
         keep = [refusal.column] if refusal else []
         stats = self._write(conform(table.name, df, table.schema, table.primary_key, keep=keep), actual, refusal,
-                            keep_unchanged=not last)
+                            keep_unchanged=not last, large=large)
         self._last_written = last
         return stats
 
@@ -166,11 +168,12 @@ class HotDelta:
         return self._write(conform(table.name, keys, table.schema, table.primary_key, others))
 
     def _write(self, incoming: DataFrame, actual: DataFrame | None = None,
-               refusal: Refusal | None = None, keep_unchanged: bool = True) -> WriteStats:
+               refusal: Refusal | None = None, keep_unchanged: bool = True, large: bool = False) -> WriteStats:
         table = self.table
         # Persisted: the incoming keys select the candidate actual versions (a semi-join)
         # and the rows are classified, without computing the caller's DataFrame twice.
-        incoming = incoming.persist(StorageLevel.MEMORY_AND_DISK)
+        level = storage_level(large)
+        incoming = incoming.persist(level)
         try:
             if actual is None:
                 candidates = self._candidates(incoming.select(*table.primary_key))
@@ -179,7 +182,7 @@ class HotDelta:
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key,
                 refused=refusal.column if refusal else None,
-            ).persist(StorageLevel.MEMORY_AND_DISK)
+            ).persist(level)
             try:
                 counts = {row[0]: row[1] for row in classified.groupBy(writes.KIND).count().collect()}
                 self._refuse_bad_rows(classified, counts, refusal)
