@@ -35,7 +35,8 @@ WRITER = textwrap.dedent(
 
     url, warehouse = sys.argv[1:3]
     spark = get_spark_session(master="local[1]", conf={
-        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.driver.memory": "512m"})
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.driver.memory": "512m",
+        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"})
     schema = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
     table = VersionedTable(spark, connect(url), "orders", ["id"], schema, warehouse=warehouse)
     hot = table.open_delta(holder="doomed-writer")
