@@ -9,11 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from offset_assets.control_plane import connect
-from offset_assets.control_plane.delta_catalog import (
-    DeltaCatalog,
-    DeltaNotHotError,
-    HotDeltaHeldError,
-)
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.errors import DeltaNotHotError, HotDeltaHeldError
 from offset_assets.control_plane.schema import commit_clock
 
 
@@ -148,7 +145,7 @@ def test_commit_ts_strictly_increases_even_when_the_clock_steps_back(catalog, mo
     for table, now in [("orders", 1000.0), ("customers", 900.0), ("orders", 900.0), ("customers", 1500.0)]:
         hot = catalog.open_hot(table, "w", None, "/p")
         with monkeypatch.context() as patch:
-            patch.setattr("offset_assets.control_plane.delta_catalog.time.time", lambda now=now: now)
+            patch.setattr("offset_assets.control_plane.delta_catalog.transaction.time.time", lambda now=now: now)
             stamps.append(catalog.commit([(table, hot.delta_num, 0, 0)]))
     assert stamps[0] == 1000.0
     assert stamps[1] == math.nextafter(1000.0, math.inf)

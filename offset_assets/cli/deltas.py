@@ -9,7 +9,9 @@ import click
 
 from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.offsets import iso_utc
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo, UnknownTableError
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 
 HEADER = ["delta", "status", "committed at (UTC)", "upserted", "deleted", "run", "holder"]
 

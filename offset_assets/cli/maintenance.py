@@ -15,7 +15,8 @@ import click
 from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, UnknownTableError
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.maintenance import (
     DEFAULT_RETENTION_S,

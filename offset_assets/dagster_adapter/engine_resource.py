@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import UnknownTableError
+from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.control_plane.leases import DEFAULT_TTL_S
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
 from offset_assets.dagster_adapter.offset_store import OffsetStore

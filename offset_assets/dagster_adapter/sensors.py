@@ -36,7 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import dagster as dg
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_incremental
 from offset_assets.dagster_adapter.offset_store import OffsetStore

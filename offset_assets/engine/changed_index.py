@@ -31,7 +31,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType
 
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.loading import build_side, read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.layout import OP_UPSERT

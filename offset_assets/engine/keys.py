@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from offset_assets.control_plane.delta_catalog import DeltaInfo
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.changed_index import (
     BATCH_COL,
     FIRST_TS_COL,

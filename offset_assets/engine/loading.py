@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from offset_assets.control_plane.delta_catalog import DeltaInfo
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.in_filter import in_values

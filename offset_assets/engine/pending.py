@@ -13,7 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests

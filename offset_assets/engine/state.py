@@ -22,7 +22,8 @@ from typing import Protocol
 from pyspark.sql import SparkSession
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import RunLeases
 from offset_assets.control_plane.offsets import OffsetRepository

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, OnCommit
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import OnCommit
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.hot_delta import HotDelta
 

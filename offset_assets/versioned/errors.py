@@ -5,7 +5,7 @@ Whenever one of these is raised by a write, nothing of that write was kept.
 
 from __future__ import annotations
 
-from offset_assets.control_plane.delta_catalog import (
+from offset_assets.control_plane.delta_catalog.errors import (
     DeltaCatalogError,
     DeltaNotHotError,
     HotDeltaHeldError,

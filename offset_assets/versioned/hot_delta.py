@@ -17,13 +17,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import (
-    COMMITTED,
-    DeltaCatalog,
-    DeltaInfo,
-    HotCommit,
-    SnapshotInfo,
-)
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import COMMITTED, DeltaInfo, HotCommit, SnapshotInfo
 from offset_assets.versioned import writes
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.errors import (

@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StructType
 
-from offset_assets.control_plane.delta_catalog import DeltaInfo, SnapshotInfo
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS

@@ -22,7 +22,8 @@ from pyspark.sql.types import StructType
 
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo, SnapshotInfo
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import TableDefinitionError, VersionedTableError
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.layout import WarehouseFiles, check_warehouse_location, new_delta_path, table_root

@@ -1,0 +1,25 @@
+"""The delta catalog: which deltas of which versioned table exist, and which are visible.
+
+The catalog is the single source of truth for readers: a delta's files are read only
+when its row here says `committed`, so files of hot, rolled-back or crashed deltas are
+never seen, whatever lies in the warehouse. This package is SQL only (no Spark).
+
+`DeltaCatalog` is one object over four parts, one module each: `tables.py` (registered
+tables), `transaction.py` (hot delta, commit, rollback), `queries.py` (deltas by number,
+time or offset; the run snapshot), `snapshots.py` (compaction snapshots, maintenance).
+What it records is in `records.py`, its errors in `errors.py`.
+"""
+
+from __future__ import annotations
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog.snapshots import SnapshotRecords
+from offset_assets.control_plane.delta_catalog.tables import TableRegistry
+from offset_assets.control_plane.delta_catalog.transaction import DeltaTransactions
+
+
+class DeltaCatalog(TableRegistry, DeltaTransactions, SnapshotRecords):
+    """Delta catalog of the versioned tables on one control plane."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
