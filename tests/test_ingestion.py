@@ -6,7 +6,8 @@ import pytest
 import sqlalchemy as sa
 
 from offset_assets.control_plane import connect
-from offset_assets.control_plane.job_log import ClaimLostError, JobLog
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError, RangeOrderError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable

@@ -6,14 +6,9 @@ from alembic import command
 
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.database import alembic_config, upgrade_to_head
-from offset_assets.control_plane.job_log import (
-    ClaimLostError,
-    JobLog,
-    JobStatus,
-    RangeDoneError,
-    RangeHeldError,
-    StepRecord,
-)
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.errors import ClaimLostError, RangeDoneError, RangeHeldError
+from offset_assets.control_plane.job_log.records import JobStatus, StepRecord
 
 
 class FakeClock:

@@ -6,7 +6,8 @@ from click.testing import CliRunner
 
 from offset_assets.cli import main
 from offset_assets.control_plane import connect
-from offset_assets.control_plane.job_log import JobLog, StepRecord
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.records import StepRecord
 
 
 def run(url, *args):

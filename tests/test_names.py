@@ -16,7 +16,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.control_plane.job_log import JobLog, JobNameError
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.errors import JobNameError
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.errors import TransformationDefinitionError
 from offset_assets.engine.transformation import TRANSFORMATION_ID_MAX_LENGTH, Transformation, TransformInput

@@ -3,7 +3,8 @@ import time
 import pytest
 
 from offset_assets.control_plane import connect
-from offset_assets.control_plane.job_log import JobLog, RangeDoneError
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.errors import RangeDoneError
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import RangeOrderError
 from offset_assets.ranges.planners import DataRange, RangeKind

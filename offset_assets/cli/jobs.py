@@ -10,7 +10,8 @@ import click
 
 from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.offsets import human_age, iso_utc
-from offset_assets.control_plane.job_log import JobLog, JobRecord, JobStatus
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.records import JobRecord, JobStatus
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.ranges.planners import RangeKind, parse_time
 

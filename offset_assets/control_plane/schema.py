@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 
@@ -126,4 +127,52 @@ transform_settled = Table(
     Column("transformation_id", String(255), primary_key=True),
     Column("input_deltas", Text, nullable=False),
     Column("settled_at", Double, nullable=False),
+)
+
+# The data ranges of log-driven ingestion: one row per (job_name, data_range_start), its
+# status and holder; `attempt` counts claims of the row (repository: `job_log/`).
+job_log = Table(
+    "job_log",
+    metadata,
+    Column("job_id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("workflow_name", String(255), nullable=False),
+    Column("job_name", String(255), nullable=False),
+    Column("period", Integer, nullable=True),  # minutes, time-window ranges only
+    Column("data_range_start", Text, nullable=False),
+    Column("data_range_end", Text, nullable=True),
+    Column("job_start_time", Double, nullable=True),
+    Column("job_end_time", Double, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("load_type", String(32), nullable=True),
+    Column("log_driven_type", String(32), nullable=True),
+    Column("run_id", String(255), nullable=True),
+    Column("runtime_args", Text, nullable=True),  # JSON object
+    Column("error", Text, nullable=True),
+    Column("create_time", Double, nullable=False),
+    Column("last_update_time", Double, nullable=False),
+    Column("heartbeat_at", Double, nullable=True),
+    Column("attempt", Integer, nullable=False),
+    UniqueConstraint("job_name", "data_range_start", name="uq_job_log_range"),
+    Index("ix_job_log_job_status", "job_name", "status"),
+)
+
+step_log = Table(
+    "step_log",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("step_id", String(64), primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("start_time", Double, nullable=False),
+    Column("end_time", Double, nullable=True),
+    Column("duration", Double, nullable=False),  # seconds
+    Column("output", Text, nullable=False),
+    Column("source_count", BigInteger, nullable=True),
+    Column("target_count", BigInteger, nullable=True),
+    Column("success_count", BigInteger, nullable=True),
+    Column("failure_count", BigInteger, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("source_type", String(32), nullable=True),
+    Column("target_type", String(32), nullable=True),
 )

@@ -42,7 +42,8 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.control_plane.job_log import JobLog, JobStatus
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.records import JobStatus
 from offset_assets.dagster_adapter.asset_spec import TABLE_KEY, table_name_for
 from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource

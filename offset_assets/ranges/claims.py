@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from offset_assets.control_plane.heartbeat import HeartbeatThread
-from offset_assets.control_plane.job_log import DEFAULT_STALE_AFTER_S, Claim, JobLog
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.claims import DEFAULT_STALE_AFTER_S
+from offset_assets.control_plane.job_log.records import Claim
 from offset_assets.ranges.planners import DataRange, check_order
 
 

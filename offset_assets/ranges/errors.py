@@ -7,12 +7,7 @@ layer import every error they can meet from one module.
 
 from __future__ import annotations
 
-from offset_assets.control_plane.job_log import (
-    ClaimLostError,
-    RangeClaimError,
-    RangeDoneError,
-    RangeHeldError,
-)
+from offset_assets.control_plane.job_log.errors import ClaimLostError, RangeClaimError, RangeDoneError, RangeHeldError
 from offset_assets.errors import OffsetAssetsError
 
 __all__ = [

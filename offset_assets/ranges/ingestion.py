@@ -31,15 +31,9 @@ from pyspark.sql.types import StructType
 from sqlalchemy import Connection
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.job_log import (
-    Claim,
-    ClaimLostError,
-    JobLog,
-    JobRecord,
-    JobStatus,
-    StepRecord,
-    check_job_names,
-)
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.errors import ClaimLostError
+from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError
 from offset_assets.ranges.planners import (

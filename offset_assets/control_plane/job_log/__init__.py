@@ -1,0 +1,28 @@
+"""`job_log` and `step_log`: every data range an ingestion runs, and its steps.
+
+One row per (job_name, data_range_start). `attempt` counts claims of the row; steps are
+kept per attempt. `JobLog` is one repository over three parts, one module each:
+`claims.py` (claim, heartbeat, takeover of a dead holder, SUCCESS or FAILURE),
+`steps.py` (step_log), `listing.py` (reads of ranges). What it records is in
+`records.py`, its errors in `errors.py`; the tables are in `control_plane/schema.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.job_log.claims import RangeClaims
+from offset_assets.control_plane.job_log.steps import StepLog
+
+
+class JobLog(RangeClaims, StepLog):
+    """Repository of job_log/step_log on one control plane.
+
+    `clock` returns epoch seconds; tests pass a fake one to age heartbeats.
+    """
+
+    def __init__(self, plane: ControlPlane, clock: Callable[[], float] = time.time) -> None:
+        self.plane = plane
+        self._clock = clock
