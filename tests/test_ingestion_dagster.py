@@ -13,12 +13,9 @@ from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.dagster_adapter import OffsetStore, on_input_commits
-from offset_assets.dagster_adapter.ingestion_assets import (
-    build_ingestion_schedule,
-    build_ingestion_sensor,
-    evaluate_ingestion_sensor,
-    ingestion_asset,
-)
+from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
+from offset_assets.dagster_adapter.ingestion_schedule import build_ingestion_schedule
+from offset_assets.dagster_adapter.ingestion_sensor import build_ingestion_sensor, evaluate_ingestion_sensor
 from offset_assets.dagster_adapter.partitions import (
     period_cron,
     range_from_partition_key,

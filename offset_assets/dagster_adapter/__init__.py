@@ -39,9 +39,9 @@ _EXPORTS = {
     # log-driven ingestion
     "ingestion_asset": "offset_assets.dagster_adapter.ingestion_assets",
     "ingestion_job": "offset_assets.dagster_adapter.ingestion_assets",
-    "build_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_assets",
-    "build_ingestion_schedule": "offset_assets.dagster_adapter.ingestion_assets",
-    "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_assets",
+    "build_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
+    "build_ingestion_schedule": "offset_assets.dagster_adapter.ingestion_schedule",
+    "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
     "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_assets",
 }
 

@@ -6,7 +6,7 @@
   those ranges.
 - Auto-increment id, Kafka and upstream ranges: their bounds are only known once the
   source has data, so they are `DynamicPartitionsDefinition`s whose keys a sensor adds
-  as it plans ranges from job_log (see `ingestion_assets.py`).
+  as it plans ranges from job_log (see `ingestion_sensor.py`).
 
 Dynamic keys spell out the range: `id:1000-2000` ((1000, 2000]), `upstream:<start>-<end>`,
 `kafka:orders/0@120,orders/1@98` (start offsets; `kafka:earliest` for the first range).

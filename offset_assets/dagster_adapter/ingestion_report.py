@@ -1,0 +1,61 @@
+"""What an ingestion run reports: the Dagster metadata of the ranges it ingested, typed
+so that counts plot and time bounds show as dates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dagster as dg
+
+from offset_assets.ranges.ingestion import RangeResult
+from offset_assets.ranges.planners import RangeKind, parse_time
+
+
+def range_bound_text(kind: RangeKind | str, bound: Any) -> str | None:
+    """A range bound as a person reads it: time-window bounds (stored as the seed's
+    `YYYYMMDDHHMMSS`) as ISO 8601 UTC, ids and Kafka offsets as they are."""
+    if bound is None:
+        return None
+    if str(kind) == str(RangeKind.TIME_WINDOW):
+        return parse_time(str(bound)).isoformat() + "Z"
+    return bound if isinstance(bound, str) else json.dumps(bound, sort_keys=True)
+
+
+def ingestion_metadata(results: list[tuple[str, RangeResult]], row_count: int | None) -> dict[str, Any]:
+    """Typed metadata (ints plot, timestamps show as dates) of the ranges one run ingested."""
+    metadata: dict[str, Any] = {}
+    if row_count is not None:
+        metadata["dagster/row_count"] = dg.MetadataValue.int(row_count)
+    if len(results) == 1:
+        key, result = results[0]
+        kind = result.data_range.kind
+        fields = {
+            "partition_key": dg.MetadataValue.text(key),
+            "job_id": dg.MetadataValue.int(result.job_id),
+            "attempt": dg.MetadataValue.int(result.attempt),
+            "log_driven_type": dg.MetadataValue.text(str(kind)),
+            "data_range_start": range_bound_text(kind, result.data_range.start),
+            "data_range_end": range_bound_text(kind, result.data_range.end),
+            "refresh": dg.MetadataValue.bool(result.data_range.refresh),
+            "open_window": dg.MetadataValue.bool(result.open_window),
+            "rows_read": dg.MetadataValue.int(result.rows_read),
+            "rows_upserted": dg.MetadataValue.int(result.rows_upserted),
+            "rows_deleted": dg.MetadataValue.int(result.rows_deleted),
+            "rows_unchanged": dg.MetadataValue.int(result.rows_unchanged),
+            "delta_num": (dg.MetadataValue.int(result.delta_num) if result.delta_num is not None
+                          else None),
+            "commit_ts": (dg.MetadataValue.timestamp(result.commit_ts) if result.commit_ts is not None
+                          else None),
+            "took_over_run_id": result.took_over_run_id,
+        }
+        return {**metadata, **{k: v for k, v in fields.items() if v is not None}}
+    return {
+        **metadata,
+        "partition_keys": [key for key, _ in results],
+        "rows_read": dg.MetadataValue.int(sum(r.rows_read for _, r in results)),
+        "rows_upserted": dg.MetadataValue.int(sum(r.rows_upserted for _, r in results)),
+        "rows_deleted": dg.MetadataValue.int(sum(r.rows_deleted for _, r in results)),
+        "rows_unchanged": dg.MetadataValue.int(sum(r.rows_unchanged for _, r in results)),
+        "delta_nums": [r.delta_num for _, r in results if r.delta_num is not None],
+    }
