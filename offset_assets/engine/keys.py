@@ -20,14 +20,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
-from offset_assets.engine.changed_index import (
-    BATCH_COL,
-    FIRST_TS_COL,
-    INPUT_COL,
-    TS_COL,
-    assign_batches,
-    compute_changed_index,
-)
+from offset_assets.engine.candidates import INPUT_COL, TS_COL
+from offset_assets.engine.changed_index import BATCH_COL, FIRST_TS_COL, assign_batches, compute_changed_index
 from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues
 from offset_assets.engine.state import RunState

@@ -28,7 +28,7 @@ from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import RunLeases
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
-from offset_assets.engine.changed_index import IndexRequest, RunSnapshot
+from offset_assets.engine.index_request import IndexRequest, RunSnapshot
 from offset_assets.engine.pending import index_request
 from offset_assets.engine.transformation import Transformation
 

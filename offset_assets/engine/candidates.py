@@ -1,0 +1,164 @@
+"""Candidates of the changed index, rows of (transform keys..., update_ts, _input_name):
+the keys each version of an input marks (one rule for v1 and v2, `_versions_in`), the
+primary records a changed reference row points at (reverse join), the keys whose last
+processing failed, and the keys a pending reprocess request still covers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, StringType
+
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
+from offset_assets.engine.index_bounds import actual_bound
+from offset_assets.engine.index_request import RunSnapshot
+from offset_assets.engine.loading import build_side, read_actual_matching
+from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.versioned.layout import OP_UPSERT
+from offset_assets.versioned.reads import versions_bound
+from offset_assets.versioned.table import VersionedTable
+
+INPUT_COL = "_input_name"
+TS_COL = "update_ts"
+
+
+def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
+    return df.where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns))
+
+
+def _versions_in(
+    inp: TransformInput, deltas: Sequence[DeltaInfo], columns: list[str], limit: int | None = None,
+) -> DataFrame:
+    """(columns..., update_ts) of every version of `inp` written by `deltas`: the keys
+    each version marks, stamped with its update_ts.
+
+    The rule, the same for v1 and v2 (they differ only in which deltas they read):
+    - an upsert marks its own key and, when it replaced a live version, that version's
+      key (a post moving from user 1 to user 2 changes user 1's key too);
+    - a delete marks the key of the version it deleted: its tombstone carries that
+      version's data (the storage writes it, whatever the delete row held), and a delete
+      of a key that was not live wrote no version at all;
+    - an insert after a delete marks its own key only: the tombstone is not a live
+      version, and the deleted version's key was marked by the delete itself.
+    When `columns` are the primary key (or part of it) the replaced version has the same
+    key, so only the versions themselves are read; otherwise the replaced version is
+    found inside the range by a window over the record's versions, before the range by an
+    as-of read of the actual state (which holds no tombstones).
+    """
+    table = inp.table
+    changes = table.reader.history(deltas)
+    picked = _null_free(changes.select(*columns, TS_COL), columns)
+    if set(columns) <= set(table.primary_key):
+        return picked
+    pk = list(table.primary_key)
+    by_record = Window.partitionBy(*pk).orderBy("sys_from")
+    previous = changes.select(
+        *[F.lag(c).over(by_record).alias(c) for c in columns],
+        F.lag("sys_op").over(by_record).alias("_prev_op"),
+        TS_COL,
+    )
+    replaced_live = F.col("_prev_op") == OP_UPSERT  # null (no predecessor in the range) is false
+    within = _null_free(previous.where(replaced_live), columns).select(*columns, TS_COL)
+    marked = picked.unionByName(within)
+    first = deltas[0].delta_num
+    if first <= 1:
+        return marked
+    earliest = changes.groupBy(*pk).agg(F.min(TS_COL).alias(TS_COL))
+    bound = versions_bound(deltas)  # one row per record that has a version in `deltas`
+    before = table.read_actual(as_of_delta=first - 1, keys=build_side(earliest.select(*pk), bound, limit))
+    before = before.select(*pk, *[c for c in columns if c not in pk])
+    before = before.join(build_side(earliest, bound, limit, inner=True), on=pk).select(*columns, TS_COL)
+    return marked.unionByName(_null_free(before, columns))
+
+
+def input_candidates(
+    transformation: Transformation,
+    inp: TransformInput,
+    deltas: Sequence[DeltaInfo],
+    snapshot: RunSnapshot,
+    pushdown_limit: int,
+    broadcast_limit: int | None = None,
+) -> DataFrame:
+    """(transform keys..., update_ts, _input_name) marked by the changes of one input
+    written by `deltas`."""
+    keys = list(transformation.transform_keys)
+    if not inp.is_reference:
+        marked = _versions_in(inp, deltas, keys, broadcast_limit)
+    else:
+        join_keys = dict(inp.join_keys)
+        ref_cols = list(join_keys.values())
+        # At most one row per version (the reference's primary key holds the join columns)
+        # or three (the new value, the replaced one within the range and before it).
+        bound = versions_bound(deltas)
+        if bound is not None and not set(ref_cols) <= set(inp.table.primary_key):
+            bound *= 3
+        changed = _versions_in(inp, deltas, ref_cols, broadcast_limit).select(
+            *[F.col(ref).alias(primary) for primary, ref in join_keys.items()], TS_COL
+        )
+        marked = None
+        primary_cols = list(join_keys)
+        for primary in transformation.primary_inputs:
+            if not set(primary_cols) <= set(primary.table.data_columns):
+                continue
+            pointing = read_actual_matching(
+                primary.table,
+                changed,
+                {col: col for col in primary_cols},
+                snapshot.deltas.get(primary.name, 0),
+                pushdown_limit,
+                most_values=bound,
+                broadcast_limit=broadcast_limit,
+            ).select(*{*keys, *primary_cols})
+            hit = pointing.join(build_side(changed, bound, broadcast_limit, inner=True), on=primary_cols)
+            hit = hit.select(*keys, TS_COL)
+            marked = hit if marked is None else marked.unionByName(hit)
+    return marked.withColumn(INPUT_COL, F.lit(inp.name))
+
+
+def failed_keys(transformation: Transformation, meta: VersionedTable, failed_deltas: Sequence[DeltaInfo] | None,
+                ) -> DataFrame | None:
+    """Keys whose last processing failed: retried by every run, whatever the offsets.
+
+    v2 (`failed_deltas` given) reads only the meta deltas that recorded failures still
+    listed in the control plane, so the cost follows the failures, not the meta; v1
+    (`None`) scans the actual meta. The caller's meta check drops keys that have since
+    been processed with success."""
+    keys = list(transformation.transform_keys)
+    if failed_deltas is None:
+        source = meta.read_actual()
+    elif not failed_deltas:
+        return None
+    else:
+        source = meta.reader.history(failed_deltas)
+    return source.where(~F.col("is_success")).select(
+        *keys,
+        F.lit(None).cast(DoubleType()).alias(TS_COL),
+        F.lit(None).cast(StringType()).alias(INPUT_COL),
+    )
+
+
+def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapshot: RunSnapshot,
+                   requested_ts: float, broadcast_limit: int | None = None,
+                   meta_deltas: Sequence[DeltaInfo] | None = None) -> DataFrame:
+    """Keys a pending reprocess request still covers: every key in the inputs or the meta
+    whose meta is older than the request (or missing, or failed). `meta_deltas`: the
+    meta's committed deltas, when the caller has listed them."""
+    keys = list(transformation.transform_keys)
+    known = meta.read_actual().select(*keys)
+    for inp in transformation.primary_inputs:
+        actual = inp.table.read_actual(as_of_delta=snapshot.deltas.get(inp.name, 0))
+        known = known.unionByName(_null_free(actual.select(*keys), keys))
+    state = meta.read_actual().select(*keys, "process_ts", "is_success")
+    if broadcast_limit is not None:
+        listed = meta.catalog.committed(meta.name) if meta_deltas is None else meta_deltas
+        state = build_side(state, actual_bound(listed), broadcast_limit)
+    waiting = known.distinct().join(state, on=keys, how="left").where(
+        F.col("process_ts").isNull() | ~F.col("is_success") | (F.col("process_ts") < F.lit(requested_ts))
+    )
+    return waiting.select(
+        *keys,
+        F.lit(None).cast(DoubleType()).alias(TS_COL),
+        F.lit(None).cast(StringType()).alias(INPUT_COL),
+    )
