@@ -61,7 +61,8 @@ from sqlalchemy import event
 from bench.copy_workload import CopyWorld, round_of_changes, rows
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane import delta_catalog as delta_catalog_module
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.job_log import JobLog, StepRecord
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
