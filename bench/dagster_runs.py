@@ -136,9 +136,26 @@ def wait_for_run(instance: dg.DagsterInstance, run_id: str, timeout_s: float = 6
         if record is not None and record.dagster_run.is_finished:
             run = record.dagster_run
             return {"status": run.status.value,
-                    "launch_to_end_s": round(record.end_time - record.create_timestamp.timestamp(), 1)}
+                    "launch_to_end_s": round(record.end_time - record.create_timestamp.timestamp(), 1),
+                    **phases(instance, record)}
         time.sleep(0.5)
     raise TimeoutError(f"run {run_id} did not finish in {timeout_s} s")
+
+
+def phases(instance: dg.DagsterInstance, record: dg.RunRecord) -> dict:
+    """Where a run's time went: launch to the run process starting, its steps (first step
+    start to last step end) and the engine's own `duration_s` of each materialization."""
+    created = record.create_timestamp.timestamp()
+    steps = [entry.timestamp for entry in instance.all_logs(
+        record.dagster_run.run_id, of_type={dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS})]
+    engine = {}
+    for entry in instance.all_logs(record.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        materialization = entry.asset_materialization
+        if "duration_s" in materialization.metadata:
+            engine[materialization.asset_key.to_user_string()] = materialization.metadata["duration_s"].value
+    return {"launch_to_start_s": round((record.start_time or created) - created, 1),
+            "steps_s": round(max(steps) - min(steps), 1) if steps else None,
+            "engine_s": engine}
 
 
 def instance_yaml(home: Path) -> None:

@@ -178,10 +178,10 @@ def get_spark_session(
     return builder.getOrCreate()
 
 
-# A JVM of tiny test data on a small machine: the serial collector. G1's concurrent
-# threads cost more than they save on a heap that stays mostly empty (measured with
-# `bench.tiny_run`, quiet 2-core machine: the driver JVM's CPU 137 s -> 104 s, a run of 6
-# keys in 3 batches 4.6 s -> 3.8 s).
+# A JVM of small data on a small machine (the tests, `make dev`'s Connect server): the
+# serial collector. G1's concurrent threads cost more than they save on a heap that stays
+# mostly empty (measured with `bench.tiny_run`, quiet 2-core machine: the driver JVM's CPU
+# 137 s -> 104 s, a run of 6 keys in 3 batches 4.6 s -> 3.8 s).
 SMALL_JVM_OPTIONS = "-XX:+UseSerialGC"
 
 LOCAL_TEST_CONF = {
