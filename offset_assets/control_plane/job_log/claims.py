@@ -191,9 +191,7 @@ class RangeClaims(JobListing):
         committed in it) so a taken-over holder cannot ingest the range a second time.
         """
         now = self._clock()
-        conditions = [job_log.c.job_id == job_id, job_log.c.status == JobStatus.RUNNING.value]
-        if run_id is not None:
-            conditions.append(job_log.c.run_id == run_id)
+        conditions = _still_running(job_id, run_id)
         with self.plane.within(conn) as tx:
             result = tx.execute(
                 update(job_log).where(*conditions).values(
@@ -218,9 +216,7 @@ class RangeClaims(JobListing):
     ) -> bool:
         """RUNNING -> FAILURE; False (and nothing written) when another run holds the range now."""
         now = self._clock()
-        conditions = [job_log.c.job_id == job_id, job_log.c.status == JobStatus.RUNNING.value]
-        if run_id is not None:
-            conditions.append(job_log.c.run_id == run_id)
+        conditions = _still_running(job_id, run_id)
         with self.plane.within(conn) as tx:
             result = tx.execute(
                 update(job_log).where(*conditions).values(
@@ -229,3 +225,12 @@ class RangeClaims(JobListing):
                 )
             )
         return result.rowcount == 1
+
+
+def _still_running(job_id: int, run_id: str | None) -> list:
+    """The range `job_id` is RUNNING (under `run_id`, when given): what an end state
+    written by its holder requires, so that a taken-over holder writes nothing."""
+    conditions = [job_log.c.job_id == job_id, job_log.c.status == JobStatus.RUNNING.value]
+    if run_id is not None:
+        conditions.append(job_log.c.run_id == run_id)
+    return conditions
