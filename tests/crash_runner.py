@@ -17,7 +17,7 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.engine import IncrementalEngine
-from offset_assets.spark import LOCAL_TEST_CONF, SMALL_JVM_OPTIONS, get_spark_session
+from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
 
 
 def die() -> None:
@@ -25,9 +25,7 @@ def die() -> None:
 
 
 def main(db_url: str, warehouse: str, point: str) -> None:
-    # A JVM for one run that is killed: the client compiler only (less CPU to start it).
-    conf = {**LOCAL_TEST_CONF, "spark.driver.extraJavaOptions": f"{SMALL_JVM_OPTIONS} -XX:TieredStopAtLevel=1"}
-    spark = get_spark_session(master="local[2]", conf=conf)
+    spark = get_spark_session(master="local[2]", conf=LOCAL_TEST_CONF)
     world = make_world(spark, connect(db_url), warehouse)
     engine = IncrementalEngine(spark, world.posts.plane)
     calls = {"n": 0}

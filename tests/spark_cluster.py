@@ -35,7 +35,7 @@ from bench.standalone_cluster import (
     launch,
     stop_process,
 )
-from offset_assets.spark import SMALL_JVM_OPTIONS
+from offset_assets.spark import SHORT_JVM_OPTIONS
 
 __all__ = ["CLUSTER_APP_CONF", "DRIVER_ENV", "ConnectServer", "SparkCluster", "free_port"]
 
@@ -43,9 +43,8 @@ WORKERS = 2
 
 # Settings of every application the tests run on the cluster.
 CLUSTER_APP_CONF = {
-    "spark.driver.extraJavaOptions": SMALL_JVM_OPTIONS,
-    # An executor lives for one application of a few runs: the client compiler too.
-    "spark.executor.extraJavaOptions": f"{SMALL_JVM_OPTIONS} -XX:TieredStopAtLevel=1",
+    "spark.driver.extraJavaOptions": SHORT_JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": SHORT_JVM_OPTIONS,
     "spark.cores.max": "1",
     "spark.executor.cores": "1",
     "spark.executor.memory": "512m",
@@ -85,7 +84,7 @@ class ConnectServer:
                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
                 "--name", "offset-assets-tests-connect", "--master", "local[2]",
                 "--driver-memory", "1g",
-                "--driver-java-options", SMALL_JVM_OPTIONS,
+                "--driver-java-options", SHORT_JVM_OPTIONS,
                 "--conf", f"spark.connect.grpc.binding.port={port}",
                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                 "--conf", "spark.driver.host=127.0.0.1",

@@ -30,13 +30,13 @@ WRITER = textwrap.dedent(
     import sys
     from pyspark.sql.types import LongType, StringType, StructField, StructType
     from offset_assets.control_plane import connect
-    from offset_assets.spark import get_spark_session
+    from offset_assets.spark import SHORT_JVM_OPTIONS, get_spark_session
     from offset_assets.versioned import VersionedTable
 
     url, warehouse = sys.argv[1:3]
     spark = get_spark_session(master="local[1]", conf={
         "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.driver.memory": "512m",
-        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"})
+        "spark.driver.extraJavaOptions": SHORT_JVM_OPTIONS})
     schema = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
     table = VersionedTable(spark, connect(url), "orders", ["id"], schema, warehouse=warehouse)
     hot = table.open_delta(holder="doomed-writer")

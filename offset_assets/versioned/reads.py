@@ -111,14 +111,15 @@ class TableReader:
         return F.when(position.between(1, len(times)), F.element_at(lookup, position))
 
     def finish(self, versions: DataFrame, deltas: Sequence[DeltaInfo], sys_to: Column) -> DataFrame:
-        """Add update_ts and sys_to; columns in the documented order."""
-        joined = versions.withColumn(UPDATE_TS, self.update_ts_of(deltas))
-        return joined.select(
+        """Add update_ts and sys_to; columns in the documented order. One projection: in
+        classic PySpark each DataFrame step is analysed at once, a JVM round trip that
+        grows with the plan."""
+        return versions.select(
             *[F.col(f"`{c}`") for c in self.schema.fieldNames()],
             F.col(SYS_FROM),
             sys_to.cast(LongType()).alias(SYS_TO),
             F.col(SYS_OP),
-            F.col(UPDATE_TS),
+            self.update_ts_of(deltas).alias(UPDATE_TS),
         )
 
     # -- reads -------------------------------------------------------------------------
