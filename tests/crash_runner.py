@@ -17,7 +17,7 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.engine import IncrementalEngine
-from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session
+from offset_assets.spark import LOCAL_TEST_CONF, SHORT_JVM_OPTIONS, get_spark_session
 
 
 def die() -> None:
@@ -25,7 +25,9 @@ def die() -> None:
 
 
 def main(db_url: str, warehouse: str, point: str) -> None:
-    spark = get_spark_session(master="local[2]", conf=LOCAL_TEST_CONF)
+    # A JVM for one run that is killed: the client compiler only (less CPU to start it).
+    conf = {**LOCAL_TEST_CONF, "spark.driver.extraJavaOptions": SHORT_JVM_OPTIONS}
+    spark = get_spark_session(master="local[2]", conf=conf)
     world = make_world(spark, connect(db_url), warehouse)
     engine = IncrementalEngine(spark, world.posts.plane)
     calls = {"n": 0}

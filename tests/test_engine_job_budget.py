@@ -20,11 +20,13 @@ execution runs every shuffle's map side as a job of its own before it plans the 
 from __future__ import annotations
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.posts_world import count_posts, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.table import VersionedTable
@@ -149,3 +151,31 @@ def test_the_catalog_bound_on_the_changed_index_is_never_below_its_rows(spark, s
     failing["on"] = False
     assert engine.run_full(t).failed_keys == 0
     assert rows_of(world.stats.read_actual()) == world.expected_stats()
+
+
+def test_a_run_streaming_batches_of_distributed_keys_records_their_meta_without_counting_them_again(
+        spark, sqlite_url, warehouse):
+    """A first run over more keys than the driver holds numbers its batches in Spark and
+    knows each batch's size from then on: the meta commit of its 3 batches (one failed)
+    starts no count of its own (12 jobs; 15 when it counted each batch's keys again),
+    and meta holds every key with the right outcome."""
+    plane, src, dst, _ = copy_world(spark, sqlite_url, warehouse)
+    src.write_delta(spark.createDataFrame([(f"k{i:03d}", i) for i in range(300)], SRC))
+
+    def copy_but_refuse_one_batch(src):
+        if src.where("id = 'k000'").count():
+            raise ValueError("refused")
+        return src
+
+    copy = Transformation("copy", [TransformInput(src)], ["id"], [dst], func=copy_but_refuse_one_batch,
+                          batch_size=120)
+    engine = IncrementalEngine(spark, plane, driver_keys_limit=50)
+
+    with count_spark_jobs(spark) as jobs:
+        result = engine.run_full(copy)
+
+    assert (result.changed_keys, result.processed_keys, result.failed_keys, result.batches) == (300, 180, 120, 3)
+    assert jobs.count <= 12, jobs.describe()
+    meta = meta_table(spark, plane, copy).read_actual()
+    assert {(row.is_success, row.n) for row in meta.groupBy("is_success").agg(F.count("*").alias("n")).collect()} == {
+        (True, 180), (False, 120)}

@@ -9,6 +9,7 @@ outputs it describes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -22,8 +23,18 @@ from offset_assets.versioned.table import VersionedTable
 META_COLUMNS = ("process_ts", "is_success", "error")
 ERROR_TEXT_LIMIT = 4000
 
-# The batches a commit records in meta: each batch's keys, and its error text (None: success).
-MetaPending = Sequence[tuple[KeyValues | DataFrame, str | None]]
+
+
+class PendingBatch(NamedTuple):
+    """A batch whose meta a commit records: its keys, how many (known from the key
+    selection, so the commit counts nothing in Spark) and its error text (None: success)."""
+
+    keys: KeyValues | DataFrame
+    rows: int
+    error: str | None
+
+
+MetaPending = Sequence[PendingBatch]
 
 
 def meta_schema(transformation: Transformation) -> StructType:
@@ -66,14 +77,13 @@ def meta_rows(keys: DataFrame, process_ts: float, error: str | None) -> DataFram
 
 def meta_frame(meta: VersionedTable, pending: MetaPending, process_ts: float) -> tuple[DataFrame, int, int]:
     """(meta rows, rows, failed rows) of processed and failed batches: a local relation
-    when the driver holds every batch's keys, else a union counted in Spark."""
-    if all(isinstance(keys, KeyValues) for keys, _ in pending):
+    when the driver holds every batch's keys, else a union of the batches' key frames."""
+    failed = sum(batch.rows for batch in pending if batch.error is not None)
+    total = sum(batch.rows for batch in pending)
+    if all(isinstance(batch.keys, KeyValues) for batch in pending):
         rows = [(*key, process_ts, error is None, None if error is None else error[:ERROR_TEXT_LIMIT])
-                for keys, error in pending for key in keys.rows]
-        failed = sum(len(keys.rows) for keys, error in pending if error is not None)
-        return meta.spark.createDataFrame(rows, meta.schema), len(rows), failed
+                for keys, _, error in pending for key in keys.rows]
+        return meta.spark.createDataFrame(rows, meta.schema), total, failed
     frames = [meta_rows(keys if isinstance(keys, DataFrame) else keys.frame(meta), process_ts, error)
-              for keys, error in pending]
-    sizes = [len(k.rows) if isinstance(k, KeyValues) else k.count() for k, _ in pending]
-    failed = sum(size for size, (_, error) in zip(sizes, pending, strict=True) if error is not None)
-    return union_all(frames), sum(sizes), failed
+              for keys, _, error in pending]
+    return union_all(frames), total, failed

@@ -41,7 +41,7 @@ from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.index_request import RunSnapshot
 from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
-from offset_assets.engine.meta import meta_table
+from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.state import RunEngine, RunState
@@ -75,7 +75,7 @@ class TransformationRun:
         self._keys: LocalKeys | DistributedKeys | None = None
         self._writer: OutputWriter | None = None
         self._batch_frames: list[DataFrame] = []
-        self._meta_pending: list[tuple[KeyValues | DataFrame, str | None]] = []
+        self._meta_pending: list[PendingBatch] = []
         self._first_commit_done = False
         self._finished = False
         self._started = 0.0
@@ -161,6 +161,9 @@ class TransformationRun:
     def _batch(self, batch: int) -> KeyValues | DataFrame:
         return self._keys.batch(batch)
 
+    def _pending(self, batch: int, error: str | None) -> PendingBatch:
+        return PendingBatch(self._batch(batch), self.batch_sizes[batch], error)
+
     def batch_keys(self, batch: int) -> DataFrame:
         """The transform keys of `batch` as a DataFrame."""
         keys = self._batch(batch)
@@ -203,9 +206,9 @@ class TransformationRun:
             return False
         self.result.processed_keys += self.batch_sizes[batch]
         if self.t.commit_mode == "batch":
-            self._commit(list(hots.values()), [(self._batch(batch), None)], batch)
+            self._commit(list(hots.values()), [self._pending(batch, None)], batch)
         else:
-            self._meta_pending.append((self._batch(batch), None))
+            self._meta_pending.append(self._pending(batch, None))
         self._release_batch_frames()
         return True
 
@@ -218,14 +221,14 @@ class TransformationRun:
         self.result.batches_failed += 1
         self.result.errors.append(f"batch {batch}: {text[:1000]}")
         if self.t.commit_mode == "batch":
-            self._commit([], [(self._batch(batch), text)], batch)
+            self._commit([], [self._pending(batch, text)], batch)
         else:
-            self._meta_pending.append((self._batch(batch), text))
+            self._meta_pending.append(self._pending(batch, text))
         self._release_batch_frames()
 
     # -- commit -----------------------------------------------------------------------
 
-    def _commit(self, hots: list[HotDelta], meta: list[tuple[KeyValues | DataFrame, str | None]],
+    def _commit(self, hots: list[HotDelta], meta: list[PendingBatch],
                 batch: int | None, final: bool = False) -> None:
         plan = plan_commit(self.state, self.lease_holder, self.t.commit_mode, self._batch_min_ts, batch,
                            first=not self._first_commit_done, final=final)
