@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
+import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect, database
+from offset_assets.control_plane.schema import table_snapshot
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.layout import WarehouseFiles
@@ -161,3 +163,50 @@ def test_cleanup_removes_only_unreferenced_folders_older_than_the_grace_period(s
     assert not files.exists(crashed.data_path) and not files.exists(stray_snapshot)
     assert files.exists(kept.data_path)
     assert table.read_actual().count() == 6
+
+
+def commit_times_looked_up(plan: str) -> int:
+    """Entries of the update_ts lookup literal in a physical plan (one per delta it spans)."""
+    lookup = re.search(r"element_at\(\[([^\]]*)\]", plan)
+    return 0 if lookup is None else len(lookup.group(1).split(","))
+
+
+def test_after_compaction_an_actual_read_looks_up_commit_times_only_for_the_deltas_after_the_snapshot(
+        spark, sqlite_url, warehouse):
+    """A snapshot stores its rows' update_ts: however many deltas came before it, an
+    actual read lists and looks up only those after it, with unchanged update_ts."""
+    table = VersionedTable(spark, connect(sqlite_url), "events", ["id"], SCHEMA, warehouse=warehouse)
+    deltas = write_history(spark, table, HISTORY[:3])
+    before = sorted(tuple(r) for r in table.read_actual().collect())
+    assert commit_times_looked_up(plan_of(table.read_actual())) == 3
+
+    compact(table)
+    deltas += write_history(spark, table, HISTORY[3:])
+
+    latest = table.read_actual()
+    assert commit_times_looked_up(plan_of(latest)) == 1  # delta 4 only
+    snapshot, after, spanned = table.actual_sources(None)
+    assert (snapshot.stores_update_ts, [d.delta_num for d in after], [d.delta_num for d in spanned]) == (
+        True, [4], [4])
+    by_id = {r.id: (r.update_ts, r.sys_from) for r in latest.collect()}
+    assert by_id == {r[0]: (deltas[r[3] - 1].commit_ts, r[3]) for r in actual(latest)}
+    assert sorted(tuple(r) for r in table.read_actual(as_of_delta=3).collect()) == before
+
+
+def test_a_snapshot_written_before_snapshots_stored_update_ts_is_read_with_every_deltas_commit_time(
+        spark, sqlite_url, warehouse):
+    """Snapshots recorded before revision 0005 do not store update_ts (the migration marks
+    them so): their reads look every delta's commit time up, as they always did."""
+    plane = connect(sqlite_url)
+    table = VersionedTable(spark, plane, "events", ["id"], SCHEMA, warehouse=warehouse)
+    write_history(spark, table, HISTORY[:3])
+    compact(table)
+    write_history(spark, table, HISTORY[3:])
+    stored = sorted(tuple(r) for r in table.read_actual().collect())
+    with plane.begin() as conn:
+        conn.execute(sa.update(table_snapshot).values(stores_update_ts=False))
+
+    old_format = table.read_actual()
+
+    assert commit_times_looked_up(plan_of(old_format)) == 4
+    assert sorted(tuple(r) for r in old_format.collect()) == stored

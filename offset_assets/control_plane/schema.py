@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Double,
     Index,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 
@@ -86,6 +88,9 @@ table_snapshot = Table(
     Column("data_path", Text, nullable=False),
     Column("row_count", BigInteger, nullable=False),
     Column("created_at", Double, nullable=False),
+    # True when the snapshot's files hold each row's update_ts (reads then look up commit
+    # times only for the deltas after it); false for snapshots written before they did.
+    Column("stores_update_ts", Boolean, nullable=False, server_default=false()),
 )
 
 run_lease = Table(

@@ -4,7 +4,10 @@ Compaction never rewrites or removes a delta: it adds a snapshot of the actual s
 the last committed delta c, sorted by primary key, and records it in the catalog. Reads
 at n >= c then read snapshot c plus the deltas after it instead of every delta, while
 history reads and as-of reads before c still read the deltas and stay exact. Snapshot
-rows keep their sys_from, so update_ts is unchanged.
+rows keep their sys_from and store their update_ts: a read of the actual state then
+looks up commit times only for the deltas after the snapshot, so what it lists from the
+catalog and carries in its plan follows the deltas since the last compaction, not the
+table's age.
 
 When to compact and how old snapshots and stray files are removed is `maintenance.py`.
 """
@@ -18,6 +21,7 @@ from pyspark.sql import functions as F
 from offset_assets.versioned.layout import (
     SYS_FROM,
     SYS_OP,
+    UPDATE_TS,
     new_snapshot_path,
 )
 from offset_assets.versioned.table import VersionedTable
@@ -42,7 +46,7 @@ def compact(table: VersionedTable) -> int:
     )
     files = max(1, math.ceil(estimate / SNAPSHOT_ROWS_PER_FILE))
     state = table.read_actual(as_of_delta=last.delta_num).select(
-        *[F.col(f"`{c}`") for c in table.data_columns], SYS_OP, SYS_FROM
+        *[F.col(f"`{c}`") for c in table.data_columns], SYS_OP, SYS_FROM, UPDATE_TS
     )
     path = new_snapshot_path(table.root, last.delta_num)
     try:
@@ -53,7 +57,7 @@ def compact(table: VersionedTable) -> int:
             .parquet(path)
         )
         rows = table.reader.scan([path]).count()
-        catalog.add_snapshot(table.name, last.delta_num, path, rows)
+        catalog.add_snapshot(table.name, last.delta_num, path, rows, stores_update_ts=True)
     except BaseException:
         table.files.delete(path)
         raise

@@ -55,7 +55,7 @@ class HotTable(Protocol):
     def data_columns(self) -> list[str]: ...
 
     def actual_sources(
-        self, deltas: list[DeltaInfo]
+        self, as_of_delta: int | None, check_committed: bool = False
     ) -> tuple[SnapshotInfo | None, list[DeltaInfo], list[DeltaInfo]]: ...
 
 
@@ -209,8 +209,7 @@ class HotDelta:
         """Committed versions of `keys` that may be actual before this delta: those in the
         latest snapshot and in the deltas after it (None when nothing is committed)."""
         table = self.table
-        deltas = table.catalog.committed(table.name, up_to_delta=self.delta_num - 1)
-        snapshot, after, _ = table.actual_sources(deltas)
+        snapshot, after, _ = table.actual_sources(self.delta_num - 1)
         if snapshot is None and not after:
             return None
         paths = ([snapshot.data_path] if snapshot else []) + [d.data_path for d in after]

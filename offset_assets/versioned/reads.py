@@ -3,7 +3,9 @@
 Every read returns the data columns plus `sys_from`, `sys_to`, `sys_op`, `update_ts`.
 Files store `sys_from` and `sys_op`; the rest is derived here:
 - `update_ts` is the commit_ts of delta `sys_from`, looked up in an array literal built
-  from the catalog (an expression: no join, no Spark job of its own);
+  from the catalog (an expression: no join, no Spark job of its own); a snapshot written
+  by compaction stores it, so an actual read looks up only the deltas after the snapshot
+  and its literal stays as short as the table's recent history, however old the table;
 - `sys_to` is the next version's `sys_from - 1`, among the versions the read covers:
   a read presents history as it stood at its upper delta, so a result never changes
   when later deltas are committed (the engine's run snapshots rely on that).
@@ -32,7 +34,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, LongType, StructType
+from pyspark.sql.types import DoubleType, LongType, StructField, StructType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import VersionedTableError
@@ -81,16 +83,19 @@ class TableReader:
         self.schema = schema
         self.primary_key = list(primary_key)
         self.file_schema = file_schema(schema)
+        self.snapshot_schema = StructType([*self.file_schema.fields, StructField(UPDATE_TS, DoubleType(), True)])
 
     # -- building blocks ---------------------------------------------------------------
 
-    def scan(self, paths: Sequence[str]) -> DataFrame:
-        """The versions stored under `paths` (data columns, sys_op, sys_from)."""
+    def scan(self, paths: Sequence[str], with_update_ts: bool = False) -> DataFrame:
+        """The versions stored under `paths` (data columns, sys_op, sys_from; and the
+        update_ts a snapshot stores when `with_update_ts`, null in files without it)."""
+        schema = self.snapshot_schema if with_update_ts else self.file_schema
         if not paths:
-            return self.spark.createDataFrame([], self.file_schema)
+            return self.spark.createDataFrame([], schema)
         # Recursive lookup: a delta folder holds one sub-folder per write; it also turns
         # off partition discovery, so folder names never become columns.
-        return self.spark.read.schema(self.file_schema).option("recursiveFileLookup", "true").parquet(*paths)
+        return self.spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
 
     @staticmethod
     def update_ts_of(deltas: Sequence[DeltaInfo]) -> Column:
@@ -110,16 +115,21 @@ class TableReader:
         position = (F.col(SYS_FROM) - F.lit(base) + F.lit(1)).cast("int")
         return F.when(position.between(1, len(times)), F.element_at(lookup, position))
 
-    def finish(self, versions: DataFrame, deltas: Sequence[DeltaInfo], sys_to: Column) -> DataFrame:
-        """Add update_ts and sys_to; columns in the documented order. One projection: in
-        classic PySpark each DataFrame step is analysed at once, a JVM round trip that
-        grows with the plan."""
+    def finish(self, versions: DataFrame, deltas: Sequence[DeltaInfo], sys_to: Column,
+               stored_update_ts: bool = False) -> DataFrame:
+        """Add update_ts (looked up in `deltas`; with `stored_update_ts`, the column's own
+        value where a snapshot stored one) and sys_to; columns in the documented order.
+        One projection: in classic PySpark each DataFrame step is analysed at once, a JVM
+        round trip that grows with the plan."""
+        update_ts = self.update_ts_of(deltas)
+        if stored_update_ts:
+            update_ts = F.coalesce(F.col(UPDATE_TS), update_ts)
         return versions.select(
             *[F.col(f"`{c}`") for c in self.schema.fieldNames()],
             F.col(SYS_FROM),
             sys_to.cast(LongType()).alias(SYS_TO),
             F.col(SYS_OP),
-            self.update_ts_of(deltas).alias(UPDATE_TS),
+            update_ts.alias(UPDATE_TS),
         )
 
     # -- reads -------------------------------------------------------------------------
@@ -128,27 +138,32 @@ class TableReader:
         self,
         snapshot: SnapshotInfo | None,
         deltas_after: Sequence[DeltaInfo],
-        all_deltas: Sequence[DeltaInfo],
+        spanned_deltas: Sequence[DeltaInfo],
         row_filter: ActualFilter,
     ) -> DataFrame:
-        """Actual state from `snapshot` (or nothing) and the non-empty `deltas_after` it."""
-        state = self.actual_versions(snapshot, deltas_after, row_filter)
-        return self.finish(state, all_deltas, F.lit(None))
+        """Actual state from `snapshot` (or nothing) and the non-empty `deltas_after` it;
+        `spanned_deltas`: those whose commit times the read looks up (`deltas_after` when
+        the snapshot stores its rows' update_ts, else every non-empty delta)."""
+        stored = snapshot is not None and snapshot.stores_update_ts
+        state = self.actual_versions(snapshot, deltas_after, row_filter, with_update_ts=stored)
+        return self.finish(state, spanned_deltas, F.lit(None), stored_update_ts=stored)
 
     def actual_versions(
         self,
         snapshot: SnapshotInfo | None,
         deltas_after: Sequence[DeltaInfo],
         row_filter: ActualFilter,
+        with_update_ts: bool = False,
     ) -> DataFrame:
-        """The stored columns (data, sys_op, sys_from) of the actual versions."""
+        """The stored columns (data, sys_op, sys_from; `with_update_ts`: and update_ts,
+        null for rows of deltas) of the actual versions."""
         key_filters, value_filters = self._split_filters(row_filter)
         base = None
         if snapshot is not None:
-            base = _apply(self.scan([snapshot.data_path]), key_filters + value_filters)
+            base = _apply(self.scan([snapshot.data_path], with_update_ts), key_filters + value_filters)
         live = None
         if deltas_after:
-            versions = _apply(self.scan([d.data_path for d in deltas_after]), key_filters)
+            versions = _apply(self.scan([d.data_path for d in deltas_after], with_update_ts), key_filters)
             latest = versions if len(deltas_after) == 1 else self._latest(versions)
             if base is not None:
                 replaced = latest.select(*self.primary_key)
@@ -159,7 +174,7 @@ class TableReader:
                 base = base.join(replaced, on=self.primary_key, how="left_anti")
             live = _apply(latest.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
         parts = [p for p in (base, live) if p is not None]
-        return reduce(DataFrame.unionByName, parts) if parts else self.scan([])
+        return reduce(DataFrame.unionByName, parts) if parts else self.scan([], with_update_ts)
 
     def history(self, deltas: Sequence[DeltaInfo], sys_op: int | None = None) -> DataFrame:
         """All versions written by `deltas`, sys_to within them; optionally one sys_op only."""

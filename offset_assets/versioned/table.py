@@ -15,6 +15,7 @@ import json
 import math
 import os
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
@@ -153,21 +154,28 @@ class VersionedTable:
         """
         if as_of_delta is not None and as_of_delta < 0:
             raise VersionedTableError(self.name, f"as_of_delta must be >= 0, got {as_of_delta}")
-        deltas = self.catalog.committed(self.name, up_to_delta=as_of_delta)
-        last = deltas[-1].delta_num if deltas else 0
-        if as_of_delta is not None and as_of_delta > last:
-            raise VersionedTableError(self.name, f"delta {as_of_delta} is not committed (last committed: {last})")
-        snapshot, after, readable = self.actual_sources(deltas)
-        return self.reader.actual(snapshot, after, readable, ActualFilter(where_in, keys))
+        snapshot, after, spanned = self.actual_sources(as_of_delta, check_committed=True)
+        return self.reader.actual(snapshot, after, spanned, ActualFilter(where_in, keys))
 
-    def actual_sources(self, deltas: list[DeltaInfo]) -> tuple[SnapshotInfo | None, list[DeltaInfo], list[DeltaInfo]]:
-        """(latest snapshot, non-empty deltas after it, all non-empty deltas) for the actual
-        state at the last of `deltas` (committed deltas 1..n)."""
-        last = deltas[-1].delta_num if deltas else 0
-        snapshot = self.catalog.snapshot_at(self.name, last) if last else None
+    def actual_sources(self, as_of_delta: int | None, check_committed: bool = False,
+                       ) -> tuple[SnapshotInfo | None, list[DeltaInfo], list[DeltaInfo]]:
+        """(latest snapshot, non-empty deltas after it, the deltas whose commit times the
+        read looks up) for the actual state at committed delta `as_of_delta` (None: the
+        last). A snapshot that stores its rows' update_ts bounds both lists to the deltas
+        after it, however old the table; an older snapshot needs every delta's commit time.
+        `check_committed`: refuse an `as_of_delta` beyond the last committed delta."""
+        snapshot = self.catalog.snapshot_at(self.name, sys.maxsize if as_of_delta is None else as_of_delta)
+        stored = snapshot is not None and snapshot.stores_update_ts
+        listed = self.catalog.committed(self.name, up_to_delta=as_of_delta,
+                                        after_delta=snapshot.delta_num if stored else None)
         base = snapshot.delta_num if snapshot else 0
-        readable = [d for d in deltas if not d.is_empty]
-        return snapshot, [d for d in readable if d.delta_num > base], readable
+        if check_committed and as_of_delta is not None:
+            last = listed[-1].delta_num if listed else base
+            if as_of_delta > last:
+                raise VersionedTableError(self.name, f"delta {as_of_delta} is not committed (last committed: {last})")
+        readable = [d for d in listed if not d.is_empty]
+        after = [d for d in readable if d.delta_num > base]
+        return snapshot, after, after if stored else readable
 
     def read_as_of_timestamp(self, ts: float) -> DataFrame:
         """The actual state as a reader saw it at `ts` (deltas committed at or before it)."""

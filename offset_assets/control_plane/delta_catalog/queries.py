@@ -50,12 +50,16 @@ class DeltaQueries:
         )
 
     def committed(
-        self, table_name: str, since_ts: float | None = None, up_to_delta: int | None = None
+        self, table_name: str, since_ts: float | None = None, up_to_delta: int | None = None,
+        after_delta: int | None = None,
     ) -> list[DeltaInfo]:
-        """Committed deltas in number order; `since_ts` inclusive (commit_ts >= since_ts)."""
+        """Committed deltas in number order; `since_ts` inclusive (commit_ts >= since_ts),
+        `after_delta` exclusive (delta_num > after_delta)."""
         query = sa.select(table_delta).where(table_delta.c.table_name == table_name, table_delta.c.status == COMMITTED)
         if since_ts is not None:
             query = query.where(table_delta.c.commit_ts >= since_ts)
+        if after_delta is not None:
+            query = query.where(table_delta.c.delta_num > after_delta)
         if up_to_delta is not None:
             query = query.where(table_delta.c.delta_num <= up_to_delta)
         with self.plane.begin() as conn:

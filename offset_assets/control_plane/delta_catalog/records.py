@@ -56,6 +56,8 @@ class SnapshotInfo:
     data_path: str
     row_count: int
     created_at: float
+    # The files hold each row's update_ts (snapshots written since revision 0005).
+    stores_update_ts: bool = False
 
 
 HotCommit = tuple[str, int, int, int] | tuple[str, int, int, int, str]
@@ -80,4 +82,5 @@ def delta_info(row: sa.Row) -> DeltaInfo:
 
 def snapshot_info(row: sa.Row) -> SnapshotInfo:
     """A `table_snapshot` row as a `SnapshotInfo`."""
-    return SnapshotInfo(row.table_name, int(row.delta_num), row.data_path, int(row.row_count), row.created_at)
+    return SnapshotInfo(row.table_name, int(row.delta_num), row.data_path, int(row.row_count), row.created_at,
+                        bool(row.stores_update_ts))

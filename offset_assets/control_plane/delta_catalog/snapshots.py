@@ -18,8 +18,10 @@ class SnapshotRecords:
 
     plane: ControlPlane
 
-    def add_snapshot(self, table_name: str, delta_num: int, data_path: str, row_count: int) -> SnapshotInfo:
-        """Record a compacted snapshot of committed delta `delta_num` (its files are written)."""
+    def add_snapshot(self, table_name: str, delta_num: int, data_path: str, row_count: int,
+                     stores_update_ts: bool = False) -> SnapshotInfo:
+        """Record a compacted snapshot of committed delta `delta_num` (its files are written;
+        `stores_update_ts`: they hold each row's update_ts)."""
         with self.plane.begin() as conn:
             status = conn.execute(
                 sa.select(table_delta.c.status).where(
@@ -36,9 +38,10 @@ class SnapshotRecords:
                     data_path=data_path,
                     row_count=row_count,
                     created_at=created_at,
+                    stores_update_ts=stores_update_ts,
                 )
             )
-        return SnapshotInfo(table_name, delta_num, data_path, row_count, created_at)
+        return SnapshotInfo(table_name, delta_num, data_path, row_count, created_at, stores_update_ts)
 
     def snapshot_at(self, table_name: str, delta_num: int) -> SnapshotInfo | None:
         """The latest snapshot taken at or before delta `delta_num`."""
