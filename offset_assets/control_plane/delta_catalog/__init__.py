@@ -13,9 +13,30 @@ What it records is in `records.py`, its errors in `errors.py`.
 from __future__ import annotations
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog.errors import (
+    DeltaCatalogError,
+    DeltaNotHotError,
+    HotDeltaHeldError,
+    UnknownTableError,
+)
+from offset_assets.control_plane.delta_catalog.records import COMMITTED, HOT, DeltaInfo, SnapshotInfo, TableSpec
 from offset_assets.control_plane.delta_catalog.snapshots import SnapshotRecords
 from offset_assets.control_plane.delta_catalog.tables import TableRegistry
 from offset_assets.control_plane.delta_catalog.transaction import DeltaTransactions
+
+# What `delta_catalog` held as one module, still importable from the package.
+__all__ = [
+    "COMMITTED",
+    "HOT",
+    "DeltaCatalog",
+    "DeltaCatalogError",
+    "DeltaInfo",
+    "DeltaNotHotError",
+    "HotDeltaHeldError",
+    "SnapshotInfo",
+    "TableSpec",
+    "UnknownTableError",
+]
 
 
 class DeltaCatalog(TableRegistry, DeltaTransactions, SnapshotRecords):

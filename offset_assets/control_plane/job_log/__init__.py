@@ -14,7 +14,30 @@ from collections.abc import Callable
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log.claims import RangeClaims
+from offset_assets.control_plane.job_log.errors import (
+    ClaimLostError,
+    JobNameError,
+    RangeClaimError,
+    RangeDoneError,
+    RangeHeldError,
+)
+from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
 from offset_assets.control_plane.job_log.steps import StepLog
+
+# What `job_log` held as one module, still importable from the package.
+__all__ = [
+    "Claim",
+    "ClaimLostError",
+    "JobLog",
+    "JobNameError",
+    "JobRecord",
+    "JobStatus",
+    "RangeClaimError",
+    "RangeDoneError",
+    "RangeHeldError",
+    "StepRecord",
+    "check_job_names",
+]
 
 
 class JobLog(RangeClaims, StepLog):
