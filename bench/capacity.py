@@ -60,8 +60,8 @@ from sqlalchemy import event
 
 from bench.copy_workload import CopyWorld, round_of_changes, rows
 from offset_assets.control_plane import connect, database
-from offset_assets.control_plane import delta_catalog as delta_catalog_module
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.delta_catalog import queries as catalog_queries
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.job_log import JobLog, StepRecord
 from offset_assets.control_plane.offsets import OffsetRepository
@@ -159,14 +159,14 @@ class Probe:
 
     def _install_wrappers(self) -> None:
         probe = self
-        to_info = delta_catalog_module._delta_info
+        to_info = catalog_queries.delta_info
 
         def counted_info(row: sa.Row) -> DeltaInfo:
             if probe.active:
                 probe.catalog_rows += 1
             return to_info(row)
 
-        delta_catalog_module._delta_info = counted_info
+        catalog_queries.delta_info = counted_info  # every catalog read of delta rows goes through it
 
         for name in ("committed", "snapshot_state", "last_committed", "hot", "by_num", "by_timestamp",
                      "snapshot_at", "snapshots", "changes_after", "open_hot", "commit", "rollback",
@@ -188,10 +188,10 @@ class Probe:
                 probe.literal_chars.append(len(text))
             return expr(text)
 
-        def counted_scan(reader, paths):  # noqa: ANN001, ANN202
+        def counted_scan(reader, paths, with_update_ts=False):  # noqa: ANN001, ANN202
             if probe.active and paths:
                 probe.folders.append(len(paths))
-            return scan(reader, paths)
+            return scan(reader, paths, with_update_ts)
 
         TableReader.update_ts_of = staticmethod(literal)
         TableReader.scan = counted_scan
