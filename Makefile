@@ -41,7 +41,7 @@ test-quick: install check-java
 	EXACTNESS_HISTORIES=3 $(BIN)/python -m pytest $(XDIST) -m "$(QUICK)" --durations=10
 
 exactness: install check-java
-	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest tests/test_engine_exactness.py -k every_path -s
+	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest $(XDIST) tests/test_engine_exactness.py -k every_path -s
 
 # The UI with one long-lived local Spark Connect server that every run attaches to
 # (assets_defs/dev.py); `make dev DEV_SPARK=local` starts Spark in each run's process.
