@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pyspark
 
+from offset_assets.spark import SHORT_JVM_OPTIONS
+
 SPARK_HOME = Path(pyspark.__file__).parent
 START_TIMEOUT_S = 120.0
 
@@ -39,7 +41,7 @@ def daemon_env(log_dir: Path) -> dict[str, str]:
         "SPARK_DAEMON_MEMORY": "256m",
         # Master and worker only route messages: the client compiler and one GC thread
         # start them faster on a shared 2-core machine.
-        "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "SPARK_DAEMON_JAVA_OPTS": SHORT_JVM_OPTIONS,
         "SPARK_LOG_DIR": str(log_dir),
         "PYSPARK_PYTHON": sys.executable,
     }

@@ -24,7 +24,6 @@ META_COLUMNS = ("process_ts", "is_success", "error")
 ERROR_TEXT_LIMIT = 4000
 
 
-
 class PendingBatch(NamedTuple):
     """A batch whose meta a commit records: its keys, how many (known from the key
     selection, so the commit counts nothing in Spark) and its error text (None: success)."""
