@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.index_request import IndexRequest
-from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.table import VersionedTable
 
@@ -32,8 +32,9 @@ def most_index_rows(transformation: Transformation, request: IndexRequest,
     primary input's deltas wrote marks one key (three when the transform keys are not its
     primary key: the new key, the replaced version's within the range and before it), and
     each version of a listed failure's meta delta at most one; a reprocess request adds at
-    most one row per actual row of the meta and of each primary input (`actual_bound`).
-    None when unbounded (v1, a reference input's changes)."""
+    most one row per actual row of the meta and of each primary input (`actual_bound`);
+    a reference input's changes add `_reverse_join_bound`. None when unbounded (v1) or a
+    count is unknown."""
     if not request.use_offsets:
         return None
     waiting = 0
@@ -56,9 +57,36 @@ def most_index_rows(transformation: Transformation, request: IndexRequest,
         deltas = by_input.get(inp.name)
         if not deltas:
             continue
-        written = None if inp.is_reference else _versions_written(deltas)
-        if written is None:
+        if inp.is_reference:
+            marked = _reverse_join_bound(transformation, inp, deltas, request)
+        else:
+            written = _versions_written(deltas)
+            marked = None if written is None else written * (1 if keys <= set(inp.table.primary_key) else 3)
+        if marked is None:
             return None
-        total += written * (1 if keys <= set(inp.table.primary_key) else 3)
+        total += marked
     failed = _versions_written(failures)
     return None if failed is None else total + failed + waiting
+
+
+def _reverse_join_bound(transformation: Transformation, ref: TransformInput, deltas: Sequence[DeltaInfo],
+                        request: IndexRequest) -> int | None:
+    """At most this many index rows from a reference input's changes in `deltas`: the
+    reverse join pairs each changed reference version (three per version when the join
+    columns are not the reference's primary key, as `candidates.input_candidates` counts
+    them) with the primary rows pointing at it, which are among the primary input's
+    actual rows as of the run snapshot (one catalog aggregate per primary input)."""
+    changed = _versions_written(deltas)
+    if changed is None:
+        return None
+    if not set(ref.join_keys.values()) <= set(ref.table.primary_key):
+        changed *= 3
+    total = 0
+    for primary in transformation.primary_inputs:
+        if not set(ref.join_keys) <= set(primary.table.data_columns):
+            continue
+        pointing = primary.table.catalog.rows_upserted_up_to(primary.name, request.snapshot.deltas.get(primary.name, 0))
+        if pointing is None:
+            return None
+        total += pointing * changed
+    return total

@@ -65,6 +65,19 @@ class DeltaQueries:
         with self.plane.begin() as conn:
             return [delta_info(row) for row in conn.execute(query.order_by(table_delta.c.delta_num))]
 
+    def rows_upserted_up_to(self, table_name: str, up_to_delta: int) -> int | None:
+        """The upserts of the committed deltas up to `up_to_delta`, summed in one statement:
+        the table holds at most this many actual rows as of that delta (every live row was
+        upserted by one of them). None when a delta's count is unknown."""
+        query = sa.select(
+            sa.func.coalesce(sa.func.sum(table_delta.c.rows_upserted), 0),
+            sa.func.count() - sa.func.count(table_delta.c.rows_upserted),
+        ).where(table_delta.c.table_name == table_name, table_delta.c.status == COMMITTED,
+                table_delta.c.delta_num <= up_to_delta)
+        with self.plane.begin() as conn:
+            upserted, unknown = conn.execute(query).one()
+        return None if unknown else int(upserted)
+
     def committed_beyond(self, table_name: str, offset: float | None) -> list[DeltaInfo]:
         """The non-empty committed deltas beyond `offset` (commit_ts > offset; every one
         when None): what a transformation whose offset this is has not processed yet. The
