@@ -8,6 +8,10 @@ would start a Spark driver there: a JVM, about 10-20 s, for a run that may take 
 `dagster dev` ends. A step then attaches to the running server as a Connect client (no
 JVM in the step's process). Steps with nothing to do start no Spark at all either way.
 
+Before the UI starts, the fresh server gets a throwaway run of the engine on a few rows
+(`warmup.py`, a few seconds): the first run launched from the UI then finds Spark's
+classes loaded and its code compiled (`DEV_WARMUP=0` skips it).
+
 `make dev DEV_SPARK=local` keeps Spark in each run's process (what `make demo` and the
 tests use). `OFFSET_ASSETS_SPARK_REMOTE` or `OFFSET_ASSETS_SPARK_MASTER` already set
 (a cluster) are used as they are: no local server is started.
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import pyspark
 
+from assets_defs.warmup import warm_up
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, state_dir
 from offset_assets.spark import SMALL_JVM_OPTIONS
 
@@ -98,6 +103,20 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def _warm(server: subprocess.Popen, remote: str) -> None:
+    """The throwaway run (`warmup.py`); a failure of it is reported and the UI starts anyway
+    (the server then is as `make dev` had it before), an interrupt stops the server."""
+    print("warming it up with a throwaway run of the engine ...", flush=True)
+    try:
+        print(f"warm in {warm_up(remote):.1f} s", flush=True)
+    except Exception as exc:  # noqa: BLE001 - only the first run's speed depends on it
+        print(f"warning: the warm-up run failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+              "starting the UI anyway", flush=True)
+    except BaseException:
+        stop(server)
+        raise
+
+
 def main() -> int:
     dagster = [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml",
                "-h", "127.0.0.1", "-p", os.environ.get("DEV_PORT", "3000")]
@@ -112,6 +131,8 @@ def main() -> int:
         server = start_connect_server(log)
         env[ENV_SPARK_REMOTE] = f"sc://127.0.0.1:{CONNECT_PORT}"
         print(f"Spark Connect server up: runs attach to {env[ENV_SPARK_REMOTE]}", flush=True)
+        if os.environ.get("DEV_WARMUP", "1") != "0":
+            _warm(server, env[ENV_SPARK_REMOTE])
     ui = subprocess.Popen(dagster, env=env, start_new_session=True)
     try:
         return ui.wait()
