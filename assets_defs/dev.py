@@ -9,7 +9,7 @@ would start a Spark driver there: a JVM, about 10-20 s, for a run that may take 
 JVM in the step's process). Steps with nothing to do start no Spark at all either way.
 
 Before the UI starts, the fresh server gets a throwaway run of the engine on a few rows
-(`warmup.py`, a few seconds): the first run launched from the UI then finds Spark's
+(`warmup.py`, about 15 s): the first run launched from the UI then finds Spark's
 classes loaded and its code compiled (`DEV_WARMUP=0` skips it).
 
 `make dev DEV_SPARK=local` keeps Spark in each run's process (what `make demo` and the
