@@ -10,7 +10,7 @@ Four parts, each in a throwaway control plane and warehouse:
   queries a run makes as D grows (rows fetched are counts, times are timings). Then
   1,000 job_log ranges with their two step_log rows: bytes per range and the rows a
   range planner reads (every range of its job). `--postgres` repeats it on a throwaway
-  PostgreSQL server (`tests/postgres_server.py`; needs initdb/pg_ctl).
+  PostgreSQL server (`bench/postgres_server.py`; needs initdb/pg_ctl).
 - `runs` (Spark): a copy transformation over 20,000 rows, 24 incremental runs of 200
   changed keys (one delta each), maintenance by the default policy after every run, as
   in `bench.copy_workload`. Per run: SQL statements by kind, control-plane rows written
@@ -59,6 +59,7 @@ from pyspark.sql import functions as F
 from sqlalchemy import event
 
 from bench.copy_workload import CopyWorld, round_of_changes, rows
+from bench.postgres_server import PostgresServer
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog import queries as catalog_queries
@@ -407,8 +408,6 @@ def job_log_part(plane: database.ControlPlane, probe: Probe) -> dict[str, Any]:
 
 
 def postgres_catalog_part(probe: Probe) -> dict[str, Any]:
-    from tests.postgres_server import PostgresServer  # the test suite's throwaway server
-
     server = PostgresServer.start()
     try:
         admin = sa.create_engine(server.admin_url, isolation_level="AUTOCOMMIT")

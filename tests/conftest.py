@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from bench.postgres_server import PostgresServer
 from offset_assets.control_plane import database
-from tests.postgres_server import PostgresServer
 
 # The ingestion tests' `source_url` fixture (a SQLite `customers` table); the Spark cluster and
 # Connect server fixtures (started only by the tests that ask for them).

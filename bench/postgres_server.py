@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL server for the test suite, started with the machine's initdb/pg_ctl.
+"""A throwaway PostgreSQL server started with the machine's initdb/pg_ctl: the test suite's
+(`tests/conftest.py`) and the capacity benchmark's (`bench/capacity.py`).
 
 initdb refuses to run as root, so under root the server runs as an unprivileged system
 user created here. The data folder lives in a temporary directory and is removed at the end.
