@@ -21,6 +21,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from bench.posts_world import make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.changed_index import BATCH_COL, FIRST_TS_COL
+from offset_assets.engine.keys import distributed_from_rows, local_from_rows
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.compaction import compact
@@ -48,6 +50,10 @@ def write_rows(spark, table, first: int, count: int, version: int) -> None:
 def assert_streamed(plans, result, keys: int) -> None:
     assert plans.plans, "no query was recorded"
     assert plans.with_broadcast() == [], plans.describe(plans.with_broadcast())
+    # Batches are numbered by a range-partitioned sort: a window ordered by the keys' first
+    # change over no partition would move every key into one task.
+    one_task = [p for p in plans.plans if f"windowspecdefinition({FIRST_TS_COL}#" in p.plan]
+    assert one_task == [], plans.describe(one_task)
     assert plans.with_operator("SortMergeJoin"), "the run's joins are shuffled: " + plans.describe()
     assert (result.changed_keys, result.processed_keys, result.failed_keys) == (keys, keys, 0)
 
@@ -129,3 +135,25 @@ def test_the_check_sees_the_broadcasts_of_small_runs(spark, sqlite_url, warehous
     assert incremental.with_broadcast(), incremental.describe()
     assert reprocess.with_broadcast(), reprocess.describe()
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
+
+
+def test_distributed_batches_are_the_batches_the_driver_would_cut(spark):
+    """Distributed keys are numbered in Spark, in the order the driver sorts collected
+    keys (no timestamp first, then the oldest change, then the key), over several range
+    partitions: the same batches, the same sizes."""
+    spark.conf.set("spark.sql.shuffle.partitions", "7")
+    rows = [(k, None if k % 11 == 0 else float(k % 5), "src") for k in range(1, 96)]
+    rows += [(k, float(k % 5) + 0.5, "src") for k in range(1, 96, 3)]  # a later change of some keys
+    frame = spark.createDataFrame(rows, "id long, update_ts double, _input_name string")
+
+    distributed = distributed_from_rows(["id"], frame, batch_size=10, with_min_ts=False, broadcast_limit=None)
+    try:
+        batches = {}
+        for row in distributed.frame.select("id", BATCH_COL).collect():
+            batches.setdefault(row[BATCH_COL], []).append((row["id"],))
+        local = local_from_rows(["id"], frame.collect(), 10)
+        assert distributed.batch_sizes() == local.batch_sizes()
+        assert {number: sorted(keys) for number, keys in batches.items()} == {
+            number: sorted(keys) for number, keys in enumerate(local.batches)}
+    finally:
+        distributed.release()

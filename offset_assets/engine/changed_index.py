@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
@@ -46,6 +46,8 @@ from offset_assets.versioned.table import VersionedTable
 
 FIRST_TS_COL = "_first_ts"
 BATCH_COL = "_batch"
+PART_COL = "_part"
+ROW_ID_COL = "_row_id"
 
 
 @dataclass
@@ -152,11 +154,36 @@ def _compute_changed_index(
                         most_rows=most_index_rows(transformation, request, by_input, failures, meta))
 
 
-def assign_batches(keys: DataFrame, transform_keys: list[str], batch_size: int | None) -> DataFrame:
-    """Number batches in update_ts order (failed keys, which have no timestamp, first)."""
-    if batch_size is None:
-        return keys.withColumn(BATCH_COL, F.lit(0))
-    order = Window.orderBy(F.col(FIRST_TS_COL).asc_nulls_first(), *transform_keys)
-    return keys.withColumn(
-        BATCH_COL, F.floor((F.row_number().over(order) - 1) / F.lit(batch_size)).cast("int")
-    )
+def in_batch_order(keys: DataFrame, transform_keys: list[str]) -> DataFrame:
+    """`keys` sorted in batch order (failed keys, which have no timestamp, first; then
+    update_ts, then the key), each row with the partition it lands in and an id that
+    counts up within that partition (`batch_column` turns both into a global rank).
+
+    A global sort is range-partitioned: every partition sorts its own range, so no task
+    holds the whole key set (a window without a partition moves every row into one). The
+    result must be persisted before its partitions are counted: the ranges are sampled
+    when the sort runs, and only the cached rows keep one partitioning for both reads."""
+    ordered = keys.orderBy(F.col(FIRST_TS_COL).asc_nulls_first(), *[F.col(k).asc_nulls_first() for k in transform_keys])
+    return ordered.withColumn(PART_COL, F.spark_partition_id()).withColumn(ROW_ID_COL, F.monotonically_increasing_id())
+
+
+def batch_column(rows_per_partition: Mapping[int, int], batch_size: int) -> Column:
+    """The batch number of each row of `in_batch_order`'s result, from the rows its
+    partitions hold: a row's global rank is the rows of the partitions before its own plus
+    its place in its own (`monotonically_increasing_id` puts the partition in the bits
+    above the 33rd)."""
+    before, offsets = 0, []
+    for part in sorted(rows_per_partition):
+        offsets += [F.lit(part), F.lit(before)]
+        before += rows_per_partition[part]
+    if not offsets:
+        return F.lit(0)
+    place = F.col(ROW_ID_COL) - F.shiftleft(F.col(PART_COL).cast("long"), 33)
+    rank = F.create_map(*offsets)[F.col(PART_COL)] + place
+    return F.floor(rank / F.lit(batch_size)).cast("int")
+
+
+def batch_sizes(total: int, batch_size: int | None) -> dict[int, int]:
+    """Batches of `batch_size` keys in order (the last may be smaller); one when None."""
+    size = batch_size or max(total, 1)
+    return {number: min(size, total - number * size) for number in range(-(-total // size))}

@@ -5,9 +5,10 @@ The changed index is usually small (the changes since the offsets), so it is col
 once and held by the driver: batches, batch sizes, per-batch oldest change and the
 inputs that marked each key are then plain Python, and every later read pushes the
 batch's keys down without another Spark job to collect them. An index larger than
-`driver_limit` keys (a first run, a reprocess) stays distributed: batches are numbered by
-a window and read back by semi-joins, shuffled ones (`DistributedKeys.shuffled`) unless
-the batch size bounds a batch within the limit, so that no JVM holds the key set.
+`driver_limit` keys (a first run, a reprocess) stays distributed: batches are numbered
+from a range-partitioned sort (`changed_index.in_batch_order`) and read back by
+semi-joins, shuffled ones (`DistributedKeys.shuffled`) unless the batch size bounds a
+batch within the limit, so that no JVM holds the key set.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from pyspark.sql import functions as F
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.candidates import INPUT_COL, TS_COL
-from offset_assets.engine.changed_index import BATCH_COL, FIRST_TS_COL, assign_batches, compute_changed_index
+from offset_assets.engine.changed_index import (
+    BATCH_COL,
+    FIRST_TS_COL,
+    PART_COL,
+    batch_column,
+    batch_sizes,
+    compute_changed_index,
+    in_batch_order,
+)
 from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues
 from offset_assets.engine.state import RunState
@@ -72,6 +81,7 @@ class DistributedKeys:
     sizes: dict[int, int]
     min_ts: dict[int, dict[str, float]]
     shuffled: bool = True
+    cached: DataFrame | None = None  # what `frame` is computed from, persisted
 
     def batch(self, number: int) -> DataFrame:
         keys = self.frame.where(F.col(BATCH_COL) == number).select(*self.columns)
@@ -85,7 +95,7 @@ class DistributedKeys:
         return self.min_ts
 
     def release(self) -> None:
-        self.frame.unpersist()
+        (self.cached if self.cached is not None else self.frame).unpersist()
 
 
 def _sort_key(first_ts: float | None, key: Key) -> tuple:
@@ -134,8 +144,15 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
     Joins with a batch may broadcast it only when `batch_size` is within `broadcast_limit`."""
     keys = rows.groupBy(*columns).agg(F.min(TS_COL).alias(FIRST_TS_COL))
     shuffled = broadcast_limit is not None and (batch_size is None or batch_size > broadcast_limit)
-    frame = assign_batches(keys, list(columns), batch_size).persist(storage_level(shuffled))
-    sizes = {row[BATCH_COL]: row["count"] for row in frame.groupBy(BATCH_COL).count().collect()}
+    if batch_size is None:
+        cached = keys.withColumn(BATCH_COL, F.lit(0)).persist(storage_level(shuffled))
+        frame, total = cached, cached.count()
+    else:
+        cached = in_batch_order(keys, list(columns)).persist(storage_level(shuffled))
+        per_partition = {row[PART_COL]: row["count"] for row in cached.groupBy(PART_COL).count().collect()}
+        frame = cached.withColumn(BATCH_COL, batch_column(per_partition, batch_size))
+        total = sum(per_partition.values())
+    sizes = batch_sizes(total, batch_size)
     min_ts: dict[int, dict[str, float]] = {}
     if with_min_ts and sizes:
         per_batch = (
@@ -147,7 +164,7 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
         )
         for row in per_batch:
             min_ts.setdefault(row[BATCH_COL], {})[row[INPUT_COL]] = row["min_ts"]
-    return DistributedKeys(tuple(columns), frame, sizes, min_ts, shuffled)
+    return DistributedKeys(tuple(columns), frame, sizes, min_ts, shuffled, cached)
 
 
 @dataclass
