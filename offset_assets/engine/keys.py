@@ -71,17 +71,18 @@ class LocalKeys:
 
 @dataclass
 class DistributedKeys:
-    """Keys too many for the driver: a persisted DataFrame with a batch column.
+    """Keys too many for the driver: a DataFrame with a batch column, computed from a
+    persisted one (`cached`).
 
     `shuffled`: a batch may hold more keys than may be broadcast (no batch size, or one
     above the limit), so every join with a batch is a shuffled sort-merge join."""
 
     columns: tuple[str, ...]
     frame: DataFrame
+    cached: DataFrame  # what `frame` is computed from, persisted (released by `release`)
     sizes: dict[int, int]
     min_ts: dict[int, dict[str, float]]
     shuffled: bool = True
-    cached: DataFrame | None = None  # what `frame` is computed from, persisted
 
     def batch(self, number: int) -> DataFrame:
         keys = self.frame.where(F.col(BATCH_COL) == number).select(*self.columns)
@@ -95,7 +96,7 @@ class DistributedKeys:
         return self.min_ts
 
     def release(self) -> None:
-        (self.cached if self.cached is not None else self.frame).unpersist()
+        self.cached.unpersist()
 
 
 def _sort_key(first_ts: float | None, key: Key) -> tuple:
@@ -164,7 +165,7 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
         )
         for row in per_batch:
             min_ts.setdefault(row[BATCH_COL], {})[row[INPUT_COL]] = row["min_ts"]
-    return DistributedKeys(tuple(columns), frame, sizes, min_ts, shuffled, cached)
+    return DistributedKeys(tuple(columns), frame, cached, sizes, min_ts, shuffled)
 
 
 @dataclass
