@@ -107,14 +107,20 @@ def test_an_incremental_copy_run_costs_at_most_6_spark_jobs(spark, sqlite_url, w
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
 
 
-def test_an_incremental_run_with_a_reference_input_costs_at_most_10_spark_jobs(spark, sqlite_url, warehouse,
-                                                                              adaptive):
-    world = make_world(spark, connect(sqlite_url), warehouse)
+def enriched_posts_processed_once(spark, db_url, warehouse, posts: int):
+    """Posts 1..`posts` of users 1-3 (user p % 3 + 1) and their profiles, enriched once."""
+    world = make_world(spark, connect(db_url), warehouse)
     world.write_profiles([(1, "ann"), (2, "bob"), (3, "cyd")])
-    world.write_posts([(p, p % 3 + 1, f"t{p}") for p in range(1, 40)])
+    world.write_posts([(p, p % 3 + 1, f"t{p}") for p in range(1, posts + 1)])
     engine = IncrementalEngine(spark, world.posts.plane)
     t = world.enriched_transformation()
     engine.run_full(t)
+    return world, engine, t
+
+
+def test_an_incremental_run_with_a_reference_input_costs_at_most_10_spark_jobs(spark, sqlite_url, warehouse,
+                                                                              adaptive):
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39)
     world.write_posts([(5, 2, "edited")])
     world.write_profiles([(3, "cyd-renamed")])
 
@@ -159,12 +165,7 @@ def test_the_catalog_bound_holds_with_a_reference_input_renamed_twice_since_the_
     """A reference input's changes bound the index too: each changed reference version
     pairs with at most every actual row of the primary input, which the catalog bounds.
     Two renames of one profile in two deltas mark its posts twice (one row per version)."""
-    world = make_world(spark, connect(sqlite_url), warehouse)
-    world.write_profiles([(1, "ann"), (2, "bob"), (3, "cyd")])
-    world.write_posts([(p, p % 3 + 1, f"t{p}") for p in range(1, 13)])
-    engine = IncrementalEngine(spark, world.posts.plane)
-    t = world.enriched_transformation()
-    engine.run_full(t)
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=12)
     world.write_profiles([(3, "cyd-1"), (2, "bob-1")])
     world.write_profiles([(3, "cyd-2")])
     world.write_posts([(4, 3, "moved to cyd")], deletes=[12])
