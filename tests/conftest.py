@@ -52,6 +52,9 @@ def pytest_itemcollected(item):
     # one xdist worker (`--dist loadgroup`) so that each starts once.
     if item.get_closest_marker("cluster") or item.get_closest_marker("connect"):
         item.add_marker(pytest.mark.xdist_group("jvm_servers"))
+    # The demo story is a session fixture too: its readers share a worker, so it runs once.
+    elif "demo_story" in item.fixturenames:
+        item.add_marker(pytest.mark.xdist_group("demo_story"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -125,6 +128,26 @@ def local_reference_run(spark, tmp_path_factory) -> dict:
     # A session fixture is set up before any test's own fixtures: it keeps the settings itself.
     with pytest.MonkeyPatch.context() as env, runtime_conf_kept(spark):
         return run_reference_locally(tmp_path_factory.mktemp("reference-local"), env)
+
+
+@pytest.fixture(scope="session")
+def demo_story(spark, tmp_path_factory):
+    """`make demo` at a small size, run once in this process (`tests/demo_state.py`):
+    the reference project's story test and the webserver test read it."""
+    from tests.demo_state import run_demo
+
+    with pytest.MonkeyPatch.context() as env, runtime_conf_kept(spark):
+        return run_demo(tmp_path_factory.mktemp("demo"), env)
+
+
+@pytest.fixture
+def demo(demo_story, monkeypatch):
+    """The demo story's state, with the environment pointed at it for this test."""
+    from offset_assets.config import default_db_url
+
+    demo_story.use(monkeypatch)
+    yield demo_story
+    database.forget(default_db_url())
 
 
 @pytest.fixture(scope="session")

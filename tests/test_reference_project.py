@@ -1,8 +1,9 @@
 """The reference project (`assets_defs`): its Definitions, and the demo story end to end.
 
-The story test is `make demo` at a small size, in this process: real Dagster runs
-(`materialize` against a test instance), real Spark (the session fixture), the state
-in a temporary folder (`OFFSET_ASSETS_HOME`). Every count is asserted exactly.
+The story test reads `make demo` at a small size, run once in this process (the
+`demo_story` fixture, `tests/demo_state.py`, shared with the webserver test): real Dagster
+runs, real Spark (the session fixture), the state in a temporary folder
+(`OFFSET_ASSETS_HOME`). Every count is asserted exactly.
 """
 
 import time
@@ -26,20 +27,17 @@ from assets_defs.demo.story import (
     QUIET_RUN_CONFIG,
     DemoClock,
     DemoError,
-    DemoSizes,
     MaterializationPass,
     check_embedded,
     check_no_dagster_dev,
     ingest_due_ranges,
-    run_story,
 )
 from assets_defs.resources import ENV_DEPLOYMENT
 from offset_assets.config import ENV_HOME, default_db_url
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.errors import SettingError
-
-SMALL = DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1)
+from tests.demo_state import SMALL
 
 # The reference project's transformed assets (moderated_posts writes the last two together).
 TRANSFORMED_ASSETS = ("enriched_posts", "user_post_stats", "accepted_posts", "rejected_posts")
@@ -227,9 +225,9 @@ def actual_rows(defs: dg.Definitions, asset: str) -> set[tuple]:
 
 @pytest.mark.slow
 def test_demo_story_second_run_processes_only_the_changed_posts_and_the_renamed_authors_posts(
-        spark, embedded_state):
-    with dg.instance_for_test() as instance:
-        story = run_story(SMALL, instance, progress=lambda _: None)
+        spark, demo):
+    story = demo.story
+    with demo.instance() as instance:
         jobs = [instance.get_run_by_id(run_id).job_name for run_id in story.first.run_ids]
     assert jobs == ["posts_ingestion", "post_updates_ingestion", "profiles_ingestion", "transformations"]
 

@@ -1,9 +1,10 @@
 """`make demo` then `make dev`: a real `dagster-webserver` on `workspace.yaml` shows the
 demo's runs as a Dagster user reads them.
 
-The demo story runs first (small sizes, in this process) into a temporary Dagster
-instance configured by the repository's `dagster.yaml` (its storage folders moved to
-the temporary DAGSTER_HOME) and a temporary state folder. The webserver then runs as
+The demo story runs first (`demo_story`, `tests/demo_state.py`: small sizes, in this
+process) into a temporary Dagster instance configured by the repository's `dagster.yaml`
+(its storage folders moved to the temporary DAGSTER_HOME) and a temporary state folder,
+once for this test and the reference project's story test. The webserver then runs as
 its own process (with its own code server) on a free loopback port over the same
 instance and state; the test reads what the UI shows through the GraphQL endpoint the
 UI uses (assets, lineage, metadata types, row counts, job names), and stops the
@@ -22,13 +23,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-import dagster as dg
 import pytest
-import yaml
-
-from assets_defs.demo.story import NON_EMBEDDED, DemoSizes, run_story
-from offset_assets.config import ENV_HOME, default_db_url
-from offset_assets.control_plane import database
 
 ROOT = Path(__file__).resolve().parent.parent
 WEBSERVER = Path(sys.executable).parent / "dagster-webserver"
@@ -71,38 +66,9 @@ def graphql(port: int, query: str) -> dict:
         return json.load(response)
 
 
-def instance_home(tmp_path: Path) -> Path:
-    """A DAGSTER_HOME holding the repository's dagster.yaml, its storage moved inside."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
-    storage = str(home / "storage_root")
-    config["storage"]["sqlite"]["base_dir"] = storage
-    config["local_artifact_storage"]["config"]["base_dir"] = storage
-    config["compute_logs"]["config"]["base_dir"] = f"{storage}/storage"
-    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
-    return home
-
-
 @pytest.fixture
-def demo_state(spark, tmp_path, monkeypatch):
-    """`make demo` at a small size: its runs in the instance, its state under tmp_path."""
-    home = instance_home(tmp_path)
-    for name in NON_EMBEDDED:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv(ENV_HOME, str(tmp_path / "state"))
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        story = run_story(DemoSizes(users=6, posts=30, inserts=3, updates=2, deletes=1, renames=1),
-                          instance, progress=lambda _: None)
-    database.forget(default_db_url())
-    return home, story
-
-
-@pytest.fixture
-def webserver(tmp_path, demo_state):
-    home, _ = demo_state
-    env = {**os.environ, "DAGSTER_HOME": str(home), "OFFSET_ASSETS_HOME": str(tmp_path / "state")}
+def webserver(tmp_path, demo_story):
+    env = {**os.environ, "DAGSTER_HOME": str(demo_story.home), "OFFSET_ASSETS_HOME": str(demo_story.state)}
     for name in ("OFFSET_ASSETS_DB_URL", "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_SOURCE_URL",
                  "OFFSET_ASSETS_DEPLOYMENT", "OFFSET_ASSETS_INGEST_START"):
         env.pop(name, None)
@@ -156,9 +122,9 @@ def metadata(port: int, asset: str) -> dict[str, tuple[str, object]]:
 
 
 def test_webserver_shows_the_demo_with_lineage_typed_metadata_row_counts_and_job_names(
-        webserver, demo_state):
+        webserver, demo_story):
     port, process, log = webserver
-    _, story = demo_state
+    story = demo_story.story
     entry = loaded_location(port, process, log)
     assert entry["name"] == "offset_assets_reference"
     location = entry["locationOrLoadError"]
