@@ -17,7 +17,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # server, no cluster, no Connect server, no SIGKILLed child.
 QUICK := (quick or not spark) and not (postgres or cluster or connect or sigkill)
 
-.PHONY: install demo test test-quick exactness dev bench bench-cluster lint check-java clean
+.PHONY: install demo test test-quick exactness dev bench bench-large bench-cluster lint check-java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; offset-assets needs Python 3.11 (set PYTHON=...)" >&2; exit 1; }
@@ -50,6 +50,11 @@ dev: install check-java
 
 bench: install check-java
 	$(BIN)/python -m bench.run
+
+# The copy workload at 10M and 100M rows in local[2] with a 4g driver, in one run (the
+# incremental run at 100M against 10M): about two hours on two cores, never in `make test`.
+bench-large: install check-java
+	BENCH_NS=10000000,100000000 BENCH_PARTS=by_n BENCH_DRIVER_MEMORY=4g BENCH_OUT=docs/bench/large $(BIN)/python -m bench.copy_workload
 
 # The copy workload's sizes on a throwaway standalone cluster (a master and one worker
 # started from the pyspark wheel): the driver and the executor are separate JVMs.

@@ -256,14 +256,18 @@ def merge_floor(spark: SparkSession, root: Path, n: int) -> Measured:
     """The floor's changes (written by `floor`), joined to the output's previous rows by key
     and written without the rows that stay as they were: the least a run must do to skip
     unchanged rows and know what each changed key replaces. The output is a plain Parquet
-    table of n rows (no catalog, no meta, no versions); Spark plans the join as it likes."""
+    table of n rows (no catalog, no meta, no versions). Its scan meets the changed keys
+    broadcast, as a run's read of the output does when its changes are bounded: left to
+    itself Spark sizes the changes as the whole partitioned table (it prunes partitions
+    after planning) and shuffles all n rows into a sort-merge join."""
     output = str(root / "merge_floor_output")
     rows(spark, 0, n, 0).write.parquet(output)
     changes, target = str(root / "floor_src"), str(root / "merge_floor_out")
 
     def merge() -> None:
         changed = spark.read.parquet(changes).where(F.col("delta") >= 1).drop("delta")
-        previous = spark.read.parquet(output).select("id", F.col("v").alias("previous_v"))
+        previous = (spark.read.parquet(output).select("id", F.col("v").alias("previous_v"))
+                    .join(F.broadcast(changed.select("id")), on="id", how="left_semi"))
         merged = changed.join(previous, on="id", how="left")
         merged.where(~F.col("v").eqNullSafe(F.col("previous_v"))).write.mode("overwrite").parquet(target)
 
