@@ -52,7 +52,7 @@ bench: install check-java
 	$(BIN)/python -m bench.run
 
 # The copy workload at 10M and 100M rows in local[2] with a 4g driver, in one run (the
-# incremental run at 100M against 10M): about two hours on two cores, never in `make test`.
+# incremental run at 100M against 10M): 6,050 s on two cores, never in `make test`.
 bench-large: install check-java
 	BENCH_NS=10000000,100000000 BENCH_PARTS=by_n BENCH_DRIVER_MEMORY=4g BENCH_OUT=docs/bench/large $(BIN)/python -m bench.copy_workload
 

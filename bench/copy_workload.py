@@ -258,8 +258,8 @@ def merge_floor(spark: SparkSession, root: Path, n: int) -> Measured:
     unchanged rows and know what each changed key replaces. The output is a plain Parquet
     table of n rows (no catalog, no meta, no versions). Its scan meets the changed keys
     broadcast, as a run's read of the output does when its changes are bounded: left to
-    itself Spark sizes the changes as the whole partitioned table (it prunes partitions
-    after planning) and shuffles all n rows into a sort-merge join."""
+    itself Spark planned a sort-merge join that shuffled all n rows (at 10M 6.9 s against
+    2.6 s)."""
     output = str(root / "merge_floor_output")
     rows(spark, 0, n, 0).write.parquet(output)
     changes, target = str(root / "floor_src"), str(root / "merge_floor_out")
