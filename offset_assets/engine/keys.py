@@ -48,15 +48,20 @@ KeysLike = DataFrame | Sequence[Mapping[str, Any]]
 
 @dataclass
 class LocalKeys:
-    """Keys held by the driver, in batch order."""
+    """Keys held by the driver, in batch order (`typed`: collected from Spark)."""
 
     columns: tuple[str, ...]
     batches: list[list[Key]]
     marked_by: dict[Key, set[str]] = field(default_factory=dict)  # inputs whose changes marked the key
     min_ts: list[dict[str, float]] = field(default_factory=list)  # per batch: input -> oldest change
+    typed: bool = False
+    # One KeyValues per batch, so that its relation is built once for all of the batch's reads.
+    _values: dict[int, KeyValues] = field(default_factory=dict, repr=False)
 
     def batch(self, number: int) -> KeyValues:
-        return KeyValues(self.columns, tuple(self.batches[number]))
+        if number not in self._values:
+            self._values[number] = KeyValues(self.columns, tuple(self.batches[number]), self.typed)
+        return self._values[number]
 
     def batch_sizes(self) -> dict[int, int]:
         return {i: len(b) for i, b in enumerate(self.batches)}
@@ -110,8 +115,11 @@ def local_from_rows(columns: Sequence[str], rows: Sequence, batch_size: int | No
     first: dict[Key, float | None] = {}
     per_input: dict[Key, dict[str, float]] = {}
     marked_by: dict[Key, set[str]] = {}
+    # Positions found once: a Row looks a field name up in its list of names on every access.
+    names = list(rows[0].__fields__) if rows else []
+    at_ts, at_input = (names.index(TS_COL), names.index(INPUT_COL)) if rows else (0, 0)
     for row in rows:
-        key, ts, name = tuple(row[:width]), row[TS_COL], row[INPUT_COL]
+        key, ts, name = tuple(row[:width]), row[at_ts], row[at_input]
         if key not in first:
             first[key] = ts
         elif ts is not None and (first[key] is None or ts < first[key]):
@@ -130,13 +138,15 @@ def local_from_rows(columns: Sequence[str], rows: Sequence, batch_size: int | No
             for name, ts in per_input.get(key, {}).items():
                 oldest[name] = min(ts, oldest.get(name, ts))
         min_ts.append(oldest)
-    return LocalKeys(tuple(columns), batches, marked_by, min_ts)
+    return LocalKeys(tuple(columns), batches, marked_by, min_ts, typed=True)
 
 
-def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int | None) -> LocalKeys:
+def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int | None,
+                    typed: bool = False) -> LocalKeys:
+    """Batches of given keys (`typed`: collected from Spark)."""
     distinct = sorted(set(keys))
     size = batch_size or max(1, len(distinct))
-    return LocalKeys(tuple(columns), [distinct[i:i + size] for i in range(0, len(distinct), size)])
+    return LocalKeys(tuple(columns), [distinct[i:i + size] for i in range(0, len(distinct), size)], typed=typed)
 
 
 def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: int | None,
@@ -225,7 +235,7 @@ def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | 
             rows = frame.select(*columns, F.lit(None).cast("double").alias("update_ts"),
                                 F.lit(None).cast("string").alias("_input_name"))
             return distributed_from_rows(columns, rows, t.batch_size, with_min_ts=False, broadcast_limit=limit)
-        return local_from_keys(columns, [tuple(row) for row in collected], t.batch_size)
+        return local_from_keys(columns, [tuple(row) for row in collected], t.batch_size, typed=True)
     values = []
     for row in keys:
         missing = [k for k in columns if k not in row]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, Window
@@ -58,15 +58,31 @@ def build_side(frame: DataFrame, most_rows: int | None, limit: int | None, inner
 
 @dataclass(frozen=True)
 class KeyValues:
-    """Key values held by the driver: one tuple per key over `columns`."""
+    """Key values held by the driver: one tuple per key over `columns`.
+
+    `typed`: the values were collected from Spark, so they already have the columns'
+    types and their relation skips PySpark's per-row type check (most of the Python cost
+    of turning 20,000 keys into a relation); values a caller gave are checked."""
 
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
+    typed: bool = False
+    # One relation per column types: a batch's reads, stray-row check and meta share it.
+    _frames: dict[str, DataFrame] = field(default_factory=dict, compare=False, repr=False)
 
     def frame(self, table: VersionedTable) -> DataFrame:
-        """The keys as a local relation typed like `table`'s columns."""
+        """The keys as a local relation typed like `table`'s columns (built once per
+        column types)."""
         schema = StructType([table.schema[c] for c in self.columns])
-        return table.spark.createDataFrame(list(self.rows), schema)
+        built = self._frames.get(schema.json())
+        if built is None:
+            built = table.spark.createDataFrame(list(self.rows), schema, verifySchema=not self.typed)
+            self._frames[schema.json()] = built
+        return built
+
+    def subset(self, rows: tuple[tuple[Any, ...], ...]) -> KeyValues:
+        """These keys restricted to `rows` (itself when that is all of them)."""
+        return self if len(rows) == len(self.rows) else KeyValues(self.columns, rows, self.typed)
 
     def fit_in_filter(self, pushdown_limit: int) -> bool:
         """True when the keys are looked up by an IN filter (one column, few values), not
@@ -246,9 +262,7 @@ class InputLoader:
         others = tuple(k for k in keys.rows if inp.name not in marked.get(k, ()))
         parts = []
         if via_changes:
-            parts.append(latest_of_keys(table, deltas, KeyValues(keys.columns, via_changes),
-                                        self.reads.pushdown_limit))
+            parts.append(latest_of_keys(table, deltas, keys.subset(via_changes), self.reads.pushdown_limit))
         if others or not parts:
-            parts.append(self.reads.for_keys(table, KeyValues(keys.columns, others), as_of)
-                         .select(*table.data_columns))
+            parts.append(self.reads.for_keys(table, keys.subset(others), as_of).select(*table.data_columns))
         return union_all(parts)

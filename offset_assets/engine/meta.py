@@ -75,14 +75,16 @@ def meta_rows(keys: DataFrame, process_ts: float, error: str | None) -> DataFram
 
 
 def meta_frame(meta: VersionedTable, pending: MetaPending, process_ts: float) -> tuple[DataFrame, int, int]:
-    """(meta rows, rows, failed rows) of processed and failed batches: a local relation
-    when the driver holds every batch's keys, else a union of the batches' key frames."""
+    """(meta rows, rows, failed rows) of processed and failed batches: one local relation
+    when the driver holds the keys of several batches, else the batches' key frames (a
+    single batch's relation is the one its reads built already)."""
     failed = sum(batch.rows for batch in pending if batch.error is not None)
     total = sum(batch.rows for batch in pending)
-    if all(isinstance(batch.keys, KeyValues) for batch in pending):
+    if len(pending) > 1 and all(isinstance(batch.keys, KeyValues) for batch in pending):
         rows = [(*key, process_ts, error is None, None if error is None else error[:ERROR_TEXT_LIMIT])
                 for keys, _, error in pending for key in keys.rows]
-        return meta.spark.createDataFrame(rows, meta.schema), total, failed
+        typed = all(batch.keys.typed for batch in pending)
+        return meta.spark.createDataFrame(rows, meta.schema, verifySchema=not typed), total, failed
     frames = [meta_rows(keys if isinstance(keys, DataFrame) else keys.frame(meta), process_ts, error)
               for keys, _, error in pending]
     return union_all(frames), total, failed
