@@ -4,14 +4,17 @@ A copy transformation over one versioned input `src(id string primary key, v int
 one output, run by one `IncrementalEngine` in one warm `local[2]` session. For each N:
 
 - initial run (every row is new);
-- a round of M new + M updated rows (two deltas), then an incremental run (v2, offsets);
+- a round of M new + M updated rows (two deltas), then an incremental run (v2, offsets),
+  R times (BENCH_REPEATS): the report keeps the median run and every run's time;
 - another round, then an incremental run with v1 (full comparison);
 - a full recompute (`reprocess_all=True`);
 - the floor, measured in the same process: read the changed rows of a plain Parquet
   table partitioned by delta (partition pruning) and write them;
 - the merge floor: the same changes joined to the output's previous rows by key (a plain
   Parquet table of N rows) and written without those that stay as they were, what a
-  run must at least do to skip unchanged rows and know what a changed key replaces.
+  run must at least do to skip unchanged rows and know what a changed key replaces;
+  R times too, the median kept (each was a single sample before: three merge floors at
+  1M took 2.2, 1.8 and 1.7 s).
 
 Each is timed and its Spark jobs counted (`offset_assets.spark_jobs`). Maintenance is on:
 after the load and after every run, `maintain` compacts src, the output and the meta by
@@ -23,7 +26,7 @@ The change-size sweep (`by_m`): at N_m rows, incremental v2 runs of M changed ke
 (half new, half updated) for each M, in one world: does a run's cost follow M?
 
 Knobs (environment): BENCH_NS (comma-separated, default 100000,1000000,10000000),
-BENCH_M (10000), BENCH_BY_M_N (1000000), BENCH_MS (100,1000,2500,5000,10000,25000,50000),
+BENCH_M (10000), BENCH_REPEATS (3), BENCH_BY_M_N (1000000), BENCH_MS (100,1000,2500,5000,10000,25000,50000),
 BENCH_BY_M_BASELINE (a report of another commit whose sweep the plot draws beside this one),
 BENCH_SERIES_N (1000000), BENCH_SERIES_RUNS (500), BENCH_SERIES_CHANGES (100),
 BENCH_SERIES_WINDOW (50), BENCH_SHUFFLE_PARTITIONS (4), BENCH_OUT (docs/bench),
@@ -92,6 +95,7 @@ def git_commit() -> str | None:
 class Settings:
     ns: list[int]
     m: int
+    repeats: int
     by_m_n: int
     ms: list[int]
     series_n: int
@@ -112,6 +116,7 @@ class Settings:
         settings = cls(
             ns=[int(n) for n in ns.split(",") if n.strip()],
             m=knob("BENCH_M", 10_000),
+            repeats=max(1, knob("BENCH_REPEATS", 3)),
             by_m_n=knob("BENCH_BY_M_N", 1_000_000),
             ms=[int(m) for m in os.environ.get("BENCH_MS", "100,1000,2500,5000,10000,25000,50000").split(",")
                 if m.strip()],
@@ -252,16 +257,17 @@ def floor(spark: SparkSession, root: Path, n: int, m: int) -> Measured:
     )
 
 
-def merge_floor(spark: SparkSession, root: Path, n: int) -> Measured:
+def merge_floor(spark: SparkSession, root: Path, n: int, number: int = 0) -> Measured:
     """The floor's changes (written by `floor`), joined to the output's previous rows by key
     and written without the rows that stay as they were: the least a run must do to skip
     unchanged rows and know what each changed key replaces. The output is a plain Parquet
     table of n rows (no catalog, no meta, no versions). Its scan meets the changed keys
     broadcast, as a run's read of the output does when its changes are bounded: left to
     itself Spark planned a sort-merge join that shuffled all n rows (at 10M 6.9 s against
-    2.6 s)."""
+    2.6 s). `number`: how many were measured in `root` before (the first writes the output)."""
     output = str(root / "merge_floor_output")
-    rows(spark, 0, n, 0).write.parquet(output)
+    if number == 0:
+        rows(spark, 0, n, 0).write.parquet(output)
     changes, target = str(root / "floor_src"), str(root / "merge_floor_out")
 
     def merge() -> None:
@@ -274,23 +280,32 @@ def merge_floor(spark: SparkSession, root: Path, n: int) -> Measured:
     return measured(spark, merge)
 
 
-def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
-    """Initial, incremental v2, incremental v1, full recompute and the floor at size n."""
+def median_of(runs: list[Measured]) -> Measured:
+    """The run of median time (the lower middle one of an even number)."""
+    return sorted(runs, key=lambda run: run.seconds)[(len(runs) - 1) // 2]
+
+
+def measure_n(spark: SparkSession, n: int, m: int, repeats: int = 1) -> dict[str, Any]:
+    """Initial, incremental v2 (`repeats` rounds), incremental v1, full recompute, the
+    floor and the merge floor (`repeats` times) at size n."""
     with tempfile.TemporaryDirectory(prefix="bench-copy-") as tmp:
         world = CopyWorld(spark, Path(tmp))
         try:
             load = measured(spark, lambda: world.load(n))
             world.maintain()
             initial = world.run()
-            world.change(m, m)
-            v2 = world.run(change_detection="v2")
+            v2_runs = []
+            for _ in range(repeats):
+                world.change(m, m)
+                v2_runs.append(world.run(change_detection="v2"))
             world.change(m, m)
             v1 = world.run(change_detection="v1")
             full = world.run(reprocess_all=True)
             base = floor(spark, Path(tmp), n, m)
-            merge_base = merge_floor(spark, Path(tmp), n)
+            merge_runs = [merge_floor(spark, Path(tmp), n, number) for number in range(repeats)]
         finally:
             world.close()
+    v2, merge_base = median_of(v2_runs), median_of(merge_runs)
     report = {
         "commit": git_commit(),
         "n": n,
@@ -298,11 +313,12 @@ def measure_n(spark: SparkSession, n: int, m: int) -> dict[str, Any]:
         "m_updated": m,
         "load_src": load.as_dict(),
         "initial": initial.as_dict() | {"processed_keys": initial.value.processed_keys},
-        "incremental_v2": v2.as_dict() | {"processed_keys": v2.value.processed_keys},
+        "incremental_v2": v2.as_dict() | {"processed_keys": v2.value.processed_keys,
+                                          "runs_s": [round(run.seconds, 3) for run in v2_runs]},
         "incremental_v1": v1.as_dict() | {"processed_keys": v1.value.processed_keys},
         "full_recompute": full.as_dict() | {"processed_keys": full.value.processed_keys},
         "floor": base.as_dict(),
-        "merge_floor": merge_base.as_dict(),
+        "merge_floor": merge_base.as_dict() | {"runs_s": [round(run.seconds, 3) for run in merge_runs]},
         "maintenance_s": [round(s, 3) for s in world.maintenance_s],
     }
     report["ratios"] = {
@@ -534,7 +550,7 @@ def run(settings: Settings, spark: SparkSession, cluster_conf: dict[str, str]) -
             report["by_m_baseline"] = kept["by_m_baseline"]
     for n in settings.ns if "by_n" in settings.parts else []:
         print(f"N = {n} ...", flush=True)
-        report["by_n"].append(measure_n(spark, n, settings.m))
+        report["by_n"].append(measure_n(spark, n, settings.m, settings.repeats))
         save(report, settings.out)
         print(json.dumps({k: {f: x for f, x in v.items() if f != "jobs"} if isinstance(v, dict) else v
                           for k, v in report["by_n"][-1].items() if k != "maintenance_s"}), flush=True)
