@@ -31,7 +31,7 @@ import pyspark
 
 from assets_defs.warmup import warm_up
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, state_dir
-from offset_assets.spark import SMALL_JVM_OPTIONS
+from offset_assets.spark import RUN_COST_CONF, SMALL_JVM_OPTIONS
 
 CONNECT_PORT = int(os.environ.get("OFFSET_ASSETS_DEV_CONNECT_PORT", "15002"))
 START_TIMEOUT_S = 180.0
@@ -55,6 +55,8 @@ SERVER_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
     "spark.ui.showConsoleProgress": "false",
+    # Every run's and its maintenance's generated code stays compiled (`RUN_COST_CONF`).
+    "spark.sql.codegen.cache.maxEntries": RUN_COST_CONF["spark.sql.codegen.cache.maxEntries"],
 }
 
 

@@ -22,7 +22,7 @@ from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE
 from offset_assets.dagster_adapter import IncrementalEngineResource, OffsetStore, SparkSessionResource
 from offset_assets.dagster_adapter.spark_resource import check_provider_before_start, data_plane_session
 from offset_assets.errors import JavaNotFoundError
-from offset_assets.spark import SparkSettingError, SparkUnavailableError
+from offset_assets.spark import RUN_COST_CONF, SparkSettingError, SparkUnavailableError
 from tests.spark_cluster import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,4 +150,4 @@ def test_spark_session_resource_resolves_an_env_var_master_where_a_spark_config_
     engine = IncrementalEngineResource(offset_store=OffsetStore(db_url=sqlite_url), spark=SparkSessionResource(
         master=dg.EnvVar("ANY_MASTER_VARIABLE"), spark_config={"spark.app.name": "x"}))
     assert dg.materialize([probe], resources={"incremental_engine": engine}).success
-    assert seen == [{"spark.app.name": "x", "spark.master": "spark://cluster:7077"}]
+    assert seen == [{**RUN_COST_CONF, "spark.app.name": "x", "spark.master": "spark://cluster:7077"}]

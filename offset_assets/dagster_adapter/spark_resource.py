@@ -62,7 +62,13 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, default_spark_master, default_spark_remote
-from offset_assets.spark import SparkSettingError, check_base_settings, check_before_start, ensure_base_settings
+from offset_assets.spark import (
+    RUN_COST_CONF,
+    SparkSettingError,
+    check_base_settings,
+    check_before_start,
+    ensure_base_settings,
+)
 
 # What `IncrementalEngineResource.spark` accepts.
 SparkProvider = LazyPySparkResource | PySparkResource
@@ -71,9 +77,12 @@ SparkProvider = LazyPySparkResource | PySparkResource
 def spark_config_from_environment(conf: dict[str, Any] | None = None) -> dict[str, Any]:
     """A `spark_config` naming where Spark runs as the environment says: `spark.remote`
     from `OFFSET_ASSETS_SPARK_REMOTE`, else `spark.master` from `OFFSET_ASSETS_SPARK_MASTER`
-    (else `local[*]`), plus `conf`."""
+    (else `local[*]`) with the run-cost settings (`offset_assets.spark.RUN_COST_CONF`),
+    plus `conf`."""
     remote = default_spark_remote()
-    return {**(conf or {}), **({"spark.remote": remote} if remote else {"spark.master": default_spark_master()})}
+    if remote:
+        return {**(conf or {}), "spark.remote": remote}
+    return {**RUN_COST_CONF, **(conf or {}), "spark.master": default_spark_master()}
 
 
 class SparkSessionResource(LazyPySparkResource):
@@ -95,7 +104,8 @@ class SparkSessionResource(LazyPySparkResource):
     )
 
     def session_config(self) -> dict[str, Any]:
-        """The settings the session is built from: `spark_config` and where Spark runs."""
+        """The settings the session is built from: `spark_config` and where Spark runs
+        (with the run-cost settings for a driver of its own, unless `spark_config` sets them)."""
         flat = dict(flatten_dict(self.spark_config))
         if self.master or self.remote:
             where = {"spark.master": self.master} if self.master else {}
@@ -104,7 +114,8 @@ class SparkSessionResource(LazyPySparkResource):
             where = {}
         else:
             where = spark_config_from_environment()
-        return {**flat, **where}
+        settings = {**flat, **where}
+        return settings if "spark.remote" in settings else {**RUN_COST_CONF, **settings}
 
     def _init_session(self) -> None:
         if self._spark_session is None:
