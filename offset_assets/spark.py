@@ -221,7 +221,7 @@ LOCAL_TEST_CONF = {
     # Tiny test data: expressions are evaluated, not compiled. Every query of the engine
     # holds new delta numbers as literals, which Spark inlines into the Java code it
     # generates, and the suite's many tables each need code of their own, so nearly every
-    # query compiled (and JIT-compiled) fresh code, a larger codegen cache or not
+    # query compiled (and JIT-compiled) fresh code
     # (measured: a run of 6 keys in 3 batches 7.0 s -> 4.9-5.7 s). Spark documents it as
     # internal; its interpreted path is the one Spark falls back to itself. The cluster
     # and Spark Connect tests run their own JVMs with code generation on.
