@@ -15,17 +15,14 @@ broadcast: the check sees broadcasts where there are some.
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.posts_world import make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.changed_index import BATCH_COL, FIRST_TS_COL
 from offset_assets.engine.keys import distributed_from_rows, local_from_rows
-from offset_assets.engine.loading import key_relation
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.compaction import compact
@@ -160,25 +157,3 @@ def test_distributed_batches_are_the_batches_the_driver_would_cut(spark):
             number: sorted(keys) for number, keys in enumerate(local.batches)}
     finally:
         distributed.release()
-
-
-def test_collected_keys_of_common_types_are_a_relation_held_in_the_plan(spark):
-    """Keys collected from Spark of the common key types become a local relation through
-    Arrow (its rows in the plan, nothing unpickled in the JVM when it is read); other
-    types, and keys a caller gave, take PySpark's row path, which checks a caller's
-    values against the columns' types."""
-    schema = StructType([StructField("id", StringType(), False), StructField("n", LongType(), False)])
-    rows = (("a", 1), ("b", 2**40), ("c", -3))
-    collected = key_relation(spark, rows, schema, typed=True)
-    assert "LocalRelation" in collected._jdf.queryExecution().analyzed().toString()
-    assert collected.schema == schema
-    assert sorted(tuple(row) for row in collected.collect()) == sorted(rows)
-
-    when = StructType([StructField("at", TimestampType(), False)])
-    instant = (datetime.datetime(2026, 11, 27, 1, 2, 3),)
-    by_rows = key_relation(spark, (instant,), when, typed=True)
-    assert "LocalRelation" not in by_rows._jdf.queryExecution().analyzed().toString()
-    assert [tuple(row) for row in by_rows.collect()] == [instant]
-
-    with pytest.raises(TypeError, match="LongType.*'x'"):
-        key_relation(spark, (("a", "x"),), schema, typed=False)
