@@ -37,6 +37,7 @@ from offset_assets.config import ENV_HOME, default_db_url
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.errors import SettingError
+from offset_assets.spark import RUN_COST_CONF
 from tests.demo_state import SMALL
 
 # The reference project's transformed assets (moderated_posts writes the last two together).
@@ -147,9 +148,10 @@ def test_production_definitions_need_every_location_and_take_them_from_the_envir
     engine = defs.resources["incremental_engine"]
     assert (engine.warehouse.env_var_name, engine.offset_store.db_url.env_var_name) == (
         "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_DB_URL")
-    # dagster-pyspark's lazy resource, its spark_config from the environment.
+    # dagster-pyspark's lazy resource, its spark_config from the environment (a driver of
+    # its own gets the run-cost settings, a Connect client does not).
     assert isinstance(engine.spark, LazyPySparkResource)
-    assert engine.spark.spark_config == {"spark.app.name": "offset-assets-reference",
+    assert engine.spark.spark_config == {**RUN_COST_CONF, "spark.app.name": "offset-assets-reference",
                                          "spark.master": "spark://master:7077"}
     monkeypatch.setenv("OFFSET_ASSETS_SPARK_REMOTE", "sc://connect:15002")
     monkeypatch.delenv("OFFSET_ASSETS_SPARK_MASTER")
