@@ -41,10 +41,10 @@ BASE_CONF = {
 # own value wins. Not sent to a Connect server: there the server's configuration holds
 # them (the first is static, the second is about this process's Python calls).
 RUN_COST_CONF = {
-    # Spark keeps 100 compiled classes of generated code. A run plans some 50 queries and
-    # the maintenance after it about as many, so every run compiled its code afresh
-    # (copy workload, 20,000 changed keys: 53 classes compiled per run; with 1,000
-    # entries 4, and the run 8.3 s -> 5.8-6.8 s on a busy 2-core machine).
+    # Spark keeps 100 compiled classes of generated code. A run and the maintenance after
+    # it need more distinct ones than that, so each run evicted the last one's and compiled
+    # its code afresh (copy workload, 20,000 changed keys: 53 classes compiled per run; with
+    # 1,000 entries 4, and the run 8.3 s -> 5.8-6.8 s on a busy 2-core machine).
     "spark.sql.codegen.cache.maxEntries": "1000",
     # No Python call site captured per Column call: with it on, each F.col/when/alias makes
     # four more JVM round trips (active session, conf read, origin set and clear), which were

@@ -151,3 +151,14 @@ def test_spark_session_resource_resolves_an_env_var_master_where_a_spark_config_
         master=dg.EnvVar("ANY_MASTER_VARIABLE"), spark_config={"spark.app.name": "x"}))
     assert dg.materialize([probe], resources={"incremental_engine": engine}).success
     assert seen == [{**RUN_COST_CONF, "spark.app.name": "x", "spark.master": "spark://cluster:7077"}]
+
+
+def test_a_spark_config_value_wins_over_the_run_cost_settings(monkeypatch):
+    """The run-cost settings sit under a driver's configuration; a Connect client gets none."""
+    monkeypatch.delenv(ENV_SPARK_MASTER, raising=False)
+    monkeypatch.delenv(ENV_SPARK_REMOTE, raising=False)
+    own = {"spark.sql.codegen.cache.maxEntries": "50"}
+    assert SparkSessionResource(spark_config=own).session_config() == {
+        **RUN_COST_CONF, **own, "spark.master": "local[*]"}
+    assert SparkSessionResource(spark_config=own, remote="sc://connect:15002").session_config() == {
+        **own, "spark.remote": "sc://connect:15002"}

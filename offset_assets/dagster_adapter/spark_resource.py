@@ -79,10 +79,18 @@ def spark_config_from_environment(conf: dict[str, Any] | None = None) -> dict[st
     from `OFFSET_ASSETS_SPARK_REMOTE`, else `spark.master` from `OFFSET_ASSETS_SPARK_MASTER`
     (else `local[*]`) with the run-cost settings (`offset_assets.spark.RUN_COST_CONF`),
     plus `conf`."""
+    return with_run_cost_conf({**(conf or {}), **_location_from_environment()})
+
+
+def _location_from_environment() -> dict[str, str]:
     remote = default_spark_remote()
-    if remote:
-        return {**(conf or {}), "spark.remote": remote}
-    return {**RUN_COST_CONF, **(conf or {}), "spark.master": default_spark_master()}
+    return {"spark.remote": remote} if remote else {"spark.master": default_spark_master()}
+
+
+def with_run_cost_conf(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` with `RUN_COST_CONF` under them for a driver of its own (a Connect
+    client's server holds its own); a value `settings` has wins."""
+    return settings if "spark.remote" in settings else {**RUN_COST_CONF, **settings}
 
 
 class SparkSessionResource(LazyPySparkResource):
@@ -113,9 +121,8 @@ class SparkSessionResource(LazyPySparkResource):
         elif "spark.master" in flat or "spark.remote" in flat:
             where = {}
         else:
-            where = spark_config_from_environment()
-        settings = {**flat, **where}
-        return settings if "spark.remote" in settings else {**RUN_COST_CONF, **settings}
+            where = _location_from_environment()
+        return with_run_cost_conf({**flat, **where})
 
     def _init_session(self) -> None:
         if self._spark_session is None:
