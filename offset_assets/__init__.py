@@ -21,6 +21,17 @@ _EXPORTS = {
     "TransformInput": "offset_assets.engine.transformation",
     "IncrementalEngine": "offset_assets.engine.incremental_engine",
     "RunResult": "offset_assets.engine.result",
+    # layer 4
+    "IngestionJob": "offset_assets.ranges.ingestion",
+    "TargetTable": "offset_assets.ranges.ingestion",
+    "RangeIngestion": "offset_assets.ranges.ingestion",
+    "SqlTableSource": "offset_assets.ranges.sources",
+    "FolderSource": "offset_assets.ranges.sources",
+    "KafkaSource": "offset_assets.ranges.kafka",
+    "TimeWindowPlanner": "offset_assets.ranges.planners",
+    "AutoIncrementIdPlanner": "offset_assets.ranges.planners",
+    "KafkaOffsetPlanner": "offset_assets.ranges.planners",
+    "UpstreamPlanner": "offset_assets.ranges.planners",
     # layer 5
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",
     "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",
@@ -28,6 +39,7 @@ _EXPORTS = {
     "incremental_asset": "offset_assets.dagster_adapter.assets",
     "incremental_multi_asset": "offset_assets.dagster_adapter.assets",
     "IncrementalOut": "offset_assets.dagster_adapter.assets",
+    "ingestion_asset": "offset_assets.dagster_adapter.ingestion_assets",
 }
 
 __all__ = sorted(_EXPORTS)

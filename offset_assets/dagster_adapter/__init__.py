@@ -43,6 +43,18 @@ _EXPORTS = {
     "build_ingestion_schedule": "offset_assets.dagster_adapter.ingestion_schedule",
     "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
     "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_assets",
+    # what an ingestion asset is built from (layer 4, re-exported: a project imports one package)
+    "IngestionJob": "offset_assets.ranges.ingestion",
+    "TargetTable": "offset_assets.ranges.ingestion",
+    "SqlTableSource": "offset_assets.ranges.sources",
+    "FolderSource": "offset_assets.ranges.sources",
+    "KafkaSource": "offset_assets.ranges.kafka",
+    "TimeWindowPlanner": "offset_assets.ranges.planners",
+    "AutoIncrementIdPlanner": "offset_assets.ranges.planners",
+    "KafkaOffsetPlanner": "offset_assets.ranges.planners",
+    "UpstreamPlanner": "offset_assets.ranges.planners",
+    "DataRange": "offset_assets.ranges.planners",
+    "ClaimPolicy": "offset_assets.ranges.claims",
 }
 
 __all__ = sorted(_EXPORTS)
