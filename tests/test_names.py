@@ -18,6 +18,8 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import JobNameError
+from offset_assets.control_plane.names import InvalidNameError
+from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.errors import TransformationDefinitionError
 from offset_assets.engine.transformation import TRANSFORMATION_ID_MAX_LENGTH, Transformation, TransformInput
@@ -26,7 +28,7 @@ from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.errors import TableDefinitionError
-from offset_assets.versioned.table_schema import TABLE_NAME_MAX_LENGTH
+from offset_assets.versioned.table_schema import TABLE_NAME_MAX_LENGTH, validate_table_name
 
 ITEMS = StructType([StructField("id", LongType(), False), StructField("label", StringType(), True)])
 
@@ -73,6 +75,21 @@ def test_a_table_name_at_the_limit_is_registered_written_and_read(spark, db_url,
     table.write_delta(spark.createDataFrame([(1, "one")], ITEMS))
     assert [tuple(r) for r in table.read_actual().select("id", "label").collect()] == [(1, "one")]
     assert DeltaCatalog(table.plane).tables() == [name]
+
+
+@pytest.mark.parametrize("name", ["evil\n", "bad/name", ".hidden", "naïve", "t" * 129],
+                         ids=["trailing-newline", "slash", "leading-dot", "non-ascii", "129-characters"])
+def test_the_offsets_refuse_exactly_the_names_a_table_refuses_with_the_same_rule(db_url, name):
+    offsets = OffsetRepository(connect(db_url))
+    with pytest.raises(TableDefinitionError) as as_table:
+        validate_table_name(name)
+    with pytest.raises(InvalidNameError) as as_input:
+        offsets.update_offsets_bulk({("copy", name): 1.0})
+    with pytest.raises(InvalidNameError) as as_transformation:
+        offsets.update_offsets_bulk({(name, "items"): 1.0})
+    assert as_input.value.problem == as_transformation.value.problem
+    assert as_input.value.problem in str(as_table.value)
+    assert offsets.get_statistics() == []
 
 
 @pytest.mark.parametrize("tid", ["copy\n", "1copy", "_copy", "copy items", ""],

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from offset_assets import OffsetStore
 from offset_assets.config import ENV_DB_URL
 from offset_assets.control_plane import ControlPlane, connect, database
+from offset_assets.control_plane.names import NAME_MAX_LENGTH, InvalidNameError
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.errors import ControlPlaneUnavailableError, InvalidOffsetError
 
@@ -121,8 +122,11 @@ def test_an_empty_bulk_update_writes_nothing(offsets):
         (True, "is not a number"),
         ("1702345678.1", "is not a number"),
         (Decimal("NaN"), "is not finite"),
+        (-1.0, "is negative (an offset is a commit timestamp in epoch seconds)"),
+        (-1702345678, "is negative"),
     ],
-    ids=["nan", "inf", "-inf", "huge-int", "none", "bool", "string", "decimal-nan"],
+    ids=["nan", "inf", "-inf", "huge-int", "none", "bool", "string", "decimal-nan", "negative",
+         "negative-int"],
 )
 def test_an_invalid_value_refuses_the_whole_bulk_naming_pair_and_value(offsets, bad, reason):
     offsets.update_offsets_bulk({("t", "posts"): 10.0})
@@ -150,6 +154,84 @@ def test_a_malformed_key_refuses_the_bulk(offsets, key):
     with pytest.raises(InvalidOffsetError, match="not a \\(transformation_id, input_table_name\\)"):
         offsets.update_offsets_bulk({("t", "ok"): 1.0, key: 2.0})
     assert offsets.get_statistics() == []
+
+
+def stored_row_count(repo: OffsetRepository) -> int:
+    with repo.plane.begin() as conn:
+        return conn.execute(sa.text("SELECT COUNT(*) FROM transform_input_offset")).scalar_one()
+
+
+LONG_ID = "c" * 500
+RULE = "name must be letters, digits, '_', '.', '-' (it becomes a folder name)"
+
+
+@pytest.mark.parametrize(
+    ("key", "refused"),
+    [
+        ((LONG_ID, "posts"), f"transformation id '{LONG_ID}' refused: name is 500 characters long, the limit is 128"),
+        (("t", LONG_ID), f"input table name '{LONG_ID}' refused: name is 500 characters long, the limit is 128"),
+        (("copy\nposts", "posts"), f"transformation id 'copy\\nposts' refused: {RULE}"),
+        (("t", "posts\n"), f"input table name 'posts\\n' refused: {RULE}"),
+        (("t", "a b"), f"input table name 'a b' refused: {RULE}"),
+    ],
+    ids=["500-character-id", "500-character-input", "newline-in-id", "trailing-newline-input", "space"],
+)
+def test_a_name_outside_the_rule_refuses_the_whole_bulk_on_every_backend(offsets, key, refused):
+    # The same error on SQLite (which would store any length) and PostgreSQL (whose
+    # String(255) would fail with a raw DataError past 255).
+    offsets.update_offsets_bulk({("t", "ok"): 1.0})
+    with pytest.raises(InvalidNameError) as raised:
+        offsets.update_offsets_bulk({("t", "aaa"): 2.0, key: 3.0})
+    assert str(raised.value) == refused
+    assert stored_row_count(offsets) == 1
+    assert all_rows(offsets) == {("t", "ok"): 1.0}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r, name: r.get_offsets_for_transformation(name),
+        lambda r, name: r.get_offset(name, "posts"),
+        lambda r, name: r.get_offset("t", name),
+        lambda r, name: r.reset_offset(name),
+        lambda r, name: r.reset_offset("t", name),
+        lambda r, name: r.get_statistics(transformation_id=name),
+    ],
+    ids=["get_offsets_for_transformation", "get_offset-id", "get_offset-input", "reset_offset-id",
+         "reset_offset-input", "get_statistics"],
+)
+@pytest.mark.parametrize("name", [LONG_ID, "t\n", ""], ids=["500-characters", "newline", "empty"])
+def test_every_offset_entry_point_refuses_a_name_outside_the_rule(offsets, call, name):
+    offsets.update_offsets_bulk({("t", "posts"): 1.0})
+    with pytest.raises(InvalidNameError, match=r"refused: name (must be letters|is 500 characters long)"):
+        call(offsets, name)
+    assert all_rows(offsets) == {("t", "posts"): 1.0}
+
+
+def test_a_negative_offset_refuses_the_bulk_and_writes_nothing_on_every_backend(offsets):
+    with pytest.raises(InvalidOffsetError, match=r"offset of transformation 't', input 'posts' is negative "
+                       r"\(an offset is a commit timestamp in epoch seconds\): -5\.0; nothing was written"):
+        offsets.update_offsets_bulk({("t", "aaa"): 1.0, ("t", "posts"): -5.0})
+    assert stored_row_count(offsets) == 0
+
+
+def test_a_zero_offset_is_stored(offsets):
+    offsets.update_offsets_bulk({("t", "posts"): 0})
+    assert offsets.get_offset("t", "posts") == 0.0
+
+
+def test_names_at_the_limit_are_stored_and_read_back_on_every_backend(offsets):
+    tid, name = "t" * NAME_MAX_LENGTH, "i" * NAME_MAX_LENGTH
+    offsets.update_offsets_bulk({(tid, name): 7.0})
+    assert offsets.get_offsets_for_transformation(tid) == {name: 7.0}
+    assert offsets.reset_offset(tid, name) == 1
+
+
+def test_the_offset_store_resource_refuses_a_500_character_id_like_the_repository(db_url):
+    store = OffsetStore(db_url=db_url)
+    with pytest.raises(InvalidNameError, match="transformation id 'ccc.*' refused: name is 500 characters long"):
+        store.update_offsets_bulk({(LONG_ID, "posts"): 1.0})
+    assert store.get_statistics() == []
 
 
 def test_bulk_update_inside_a_caller_transaction_rolls_back_with_it(offsets):

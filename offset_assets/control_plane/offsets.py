@@ -10,6 +10,12 @@ and when a write raises the value, and kept when a write brings an equal or smal
 value. `offset_age_seconds = now - updated_at` therefore answers "how long since this
 input's offset advanced": a steady age means regular progress, a
 growing one that the transformation stopped running or its input stopped changing.
+
+Every entry point checks its names first: a transformation id or an input table name
+outside the name rule (`control_plane/names.py`: the rule of table names, the same limit
+on SQLite and PostgreSQL) is refused with `InvalidNameError` before the database is
+touched. An offset is a commit timestamp in epoch seconds: a value that is not a finite
+number, or is negative, is refused with `InvalidOffsetError` and nothing is written.
 """
 
 from __future__ import annotations
@@ -25,10 +31,15 @@ from sqlalchemy import Connection, case, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.names import validate_name
 from offset_assets.control_plane.schema import transform_input_offset, transform_settled
 from offset_assets.errors import InvalidOffsetError
 
 OffsetKey = tuple[str, str]
+
+# What each name is, in the errors that refuse it.
+TRANSFORMATION_ID = "transformation id"
+INPUT_TABLE_NAME = "input table name"
 
 _t = transform_input_offset
 
@@ -48,6 +59,7 @@ class OffsetRepository:
         self, transformation_id: str, conn: Connection | None = None
     ) -> dict[str, float]:
         """All offsets of one transformation, `{input_table_name: offset}`, in one query."""
+        validate_name(transformation_id, TRANSFORMATION_ID)
         query = select(_t.c.input_table_name, _t.c.update_ts_offset).where(
             _t.c.transformation_id == transformation_id
         )
@@ -58,6 +70,7 @@ class OffsetRepository:
         self, transformation_id: str, input_table_name: str, conn: Connection | None = None
     ) -> float | None:
         """The offset of one input, or None when none is committed."""
+        _validate_pair(transformation_id, input_table_name)
         query = select(_t.c.update_ts_offset).where(
             _t.c.transformation_id == transformation_id,
             _t.c.input_table_name == input_table_name,
@@ -71,8 +84,10 @@ class OffsetRepository:
     ) -> None:
         """Advance many offsets in one transaction; an offset never decreases.
 
-        Every value is checked before anything is written: one invalid value refuses
-        the whole bulk with `InvalidOffsetError`.
+        Every key and value is checked before anything is written: one name outside
+        the rule refuses the whole bulk with `InvalidNameError`, one value that is not
+        a finite, non-negative number (an epoch timestamp; a negative one is a bug
+        upstream) with `InvalidOffsetError`.
         """
         rows = [
             {
@@ -101,6 +116,9 @@ class OffsetRepository:
         """Delete the offset of one input, or of every input when `input_table_name` is
         None, so the next run reads those inputs from the beginning. Returns the number
         of offsets deleted."""
+        validate_name(transformation_id, TRANSFORMATION_ID)
+        if input_table_name is not None:
+            validate_name(input_table_name, INPUT_TABLE_NAME)
         statement = delete(_t).where(_t.c.transformation_id == transformation_id)
         if input_table_name is not None:
             statement = statement.where(_t.c.input_table_name == input_table_name)
@@ -124,6 +142,7 @@ class OffsetRepository:
             _t.c.transformation_id, _t.c.input_table_name, _t.c.update_ts_offset, _t.c.updated_at
         ).order_by(_t.c.transformation_id, _t.c.input_table_name)
         if transformation_id is not None:
+            validate_name(transformation_id, TRANSFORMATION_ID)
             query = query.where(_t.c.transformation_id == transformation_id)
         with self.plane.within(conn) as c:
             rows = c.execute(query).all()
@@ -176,8 +195,14 @@ def _validated(offsets: Mapping[OffsetKey, Any]) -> dict[OffsetKey, float]:
                 f"offset key {key!r} is not a (transformation_id, input_table_name) pair "
                 "of non-empty strings; nothing was written"
             )
+        _validate_pair(*key)
         checked[key] = _valid_offset(key, value)
     return checked
+
+
+def _validate_pair(transformation_id: str, input_table_name: str) -> None:
+    validate_name(transformation_id, TRANSFORMATION_ID)
+    validate_name(input_table_name, INPUT_TABLE_NAME)
 
 
 def _valid_offset(key: OffsetKey, value: Any) -> float:
@@ -189,9 +214,12 @@ def _valid_offset(key: OffsetKey, value: Any) -> float:
             as_float = float(value)
         except OverflowError:
             as_float = math.inf
-        if math.isfinite(as_float):
+        if not math.isfinite(as_float):
+            problem = "is not finite"
+        elif as_float < 0:
+            problem = "is negative (an offset is a commit timestamp in epoch seconds)"
+        else:
             return as_float
-        problem = "is not finite"
     raise InvalidOffsetError(
         f"offset of transformation {key[0]!r}, input {key[1]!r} {problem}: {value!r}; "
         "nothing was written"

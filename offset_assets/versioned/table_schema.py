@@ -9,7 +9,6 @@ old files could no longer be read as the new definition claims.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
@@ -31,14 +30,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from offset_assets.control_plane.names import NAME_MAX_LENGTH, InvalidNameError, validate_name
 from offset_assets.versioned.errors import SchemaMismatchError, TableDefinitionError
 from offset_assets.versioned.layout import SYS_FROM, SYS_OP, SYSTEM_COLUMNS
 
-TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-# A table name is a catalog key (String(255) on every backend) and a folder name (255
-# bytes per path component on common file systems); the meta table of a transformation
-# is `_meta__<id>`, so transformation ids are kept shorter (engine/transformation.py).
-TABLE_NAME_MAX_LENGTH = 128
+# The control plane's name rule (control_plane/names.py): a table name is a catalog key
+# and a folder name. The meta table of a transformation is `_meta__<id>`, so
+# transformation ids are kept shorter (engine/transformation.py).
+TABLE_NAME_MAX_LENGTH = NAME_MAX_LENGTH
 _INTEGRAL_RANK = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
 _INTEGRAL_DIGITS = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 19}
 
@@ -70,19 +69,15 @@ def validate_definition(name: str, primary_key: Sequence[str], schema: StructTyp
 
 
 def validate_table_name(name: object) -> None:
-    """Refuse a name that the catalog or the file system could not hold as it is.
-
-    `fullmatch`, not `match` with `$`: `$` also matches before a trailing newline, which
-    would become part of the folder name."""
-    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
-        raise TableDefinitionError(
-            str(name), "name must be letters, digits, '_', '.', '-' (it becomes a folder name)"
-        )
-    if len(name) > TABLE_NAME_MAX_LENGTH:
-        raise TableDefinitionError(
-            name[:40] + "...",
-            f"name is {len(name)} characters long, the limit is {TABLE_NAME_MAX_LENGTH}: {name!r}",
-        )
+    """Refuse a name that the catalog or the file system could not hold as it is: the
+    control plane's name rule, raised as this table's `TableDefinitionError`."""
+    try:
+        validate_name(name, "table name")
+    except InvalidNameError as refused:
+        shown = str(name)
+        if len(shown) <= 40:
+            raise TableDefinitionError(shown, refused.problem) from None
+        raise TableDefinitionError(shown[:40] + "...", f"{refused.problem}: {name!r}") from None
 
 
 def _contains_map(data_type: DataType) -> bool:
