@@ -19,10 +19,15 @@ from dagster_pyspark import LazyPySparkResource, PySparkResource
 
 from assets_defs.demo.story import NON_EMBEDDED
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE
-from offset_assets.dagster_adapter import IncrementalEngineResource, OffsetStore, SparkSessionResource
+from offset_assets.dagster_adapter import (
+    IncrementalEngineResource,
+    OffsetStore,
+    SparkSessionResource,
+    spark_config_from_environment,
+)
 from offset_assets.dagster_adapter.spark_resource import check_provider_before_start, data_plane_session
 from offset_assets.errors import JavaNotFoundError
-from offset_assets.spark import RUN_COST_CONF, SparkSettingError, SparkUnavailableError
+from offset_assets.spark import LOCAL_TEST_CONF, RUN_COST_CONF, SparkSettingError, SparkUnavailableError
 from tests.spark_cluster import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,3 +167,40 @@ def test_a_spark_config_value_wins_over_the_run_cost_settings(monkeypatch):
         **RUN_COST_CONF, **own, "spark.master": "local[*]"}
     assert SparkSessionResource(spark_config=own, remote="sc://connect:15002").session_config() == {
         **own, "spark.remote": "sc://connect:15002"}
+
+
+def test_a_master_the_caller_names_wins_over_the_environment_default(monkeypatch):
+    monkeypatch.delenv(ENV_SPARK_MASTER, raising=False)
+    monkeypatch.delenv(ENV_SPARK_REMOTE, raising=False)
+    assert spark_config_from_environment({"spark.master": "local[2]"}) == {
+        **RUN_COST_CONF, "spark.master": "local[2]"}
+    assert spark_config_from_environment({"spark": {"master": "local[2]"}})["spark.master"] == "local[2]"
+    assert spark_config_from_environment()["spark.master"] == "local[*]"
+
+
+def test_the_environment_names_where_spark_runs_only_when_the_caller_does_not(monkeypatch):
+    """OFFSET_ASSETS_SPARK_* are defaults, as for get_spark_session(master=...) and SparkSessionResource."""
+    monkeypatch.delenv(ENV_SPARK_REMOTE, raising=False)
+    monkeypatch.setenv(ENV_SPARK_MASTER, "spark://cluster:7077")
+    assert spark_config_from_environment({"spark.app.name": "x"}) == {
+        **RUN_COST_CONF, "spark.app.name": "x", "spark.master": "spark://cluster:7077"}
+    assert spark_config_from_environment({"spark.master": "local[2]"})["spark.master"] == "local[2]"
+    # A Connect endpoint the caller names gets no master beside it (that would be refused).
+    assert spark_config_from_environment({"spark.remote": "sc://connect:15002"}) == {
+        "spark.remote": "sc://connect:15002"}
+    monkeypatch.setenv(ENV_SPARK_REMOTE, "sc://connect:15002")
+    assert spark_config_from_environment({"spark.app.name": "x"}) == {
+        "spark.app.name": "x", "spark.remote": "sc://connect:15002"}
+
+
+def test_spark_session_resource_builds_its_session_from_session_config_on_first_access(spark, monkeypatch):
+    monkeypatch.delenv(ENV_SPARK_REMOTE, raising=False)
+    monkeypatch.setenv(ENV_SPARK_MASTER, "local[2]")
+    resource = SparkSessionResource(spark_config={"spark.sql.shuffle.partitions": "3"})
+    try:
+        session = resource.spark_session
+        assert session is spark  # getOrCreate: the process's session, given the resource's settings
+        assert session.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert resource.spark_session is session and resource.spark_context is spark.sparkContext
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", LOCAL_TEST_CONF["spark.sql.shuffle.partitions"])

@@ -38,10 +38,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
+from offset_assets.dagster_adapter.asset_job import AssetJob
 from offset_assets.dagster_adapter.asset_spec import TABLE_KEY, table_name_for
 from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
@@ -193,8 +193,9 @@ def _range_to_run(log: JobLog, job: IngestionJob, partitions_def: dg.PartitionsD
     return dataclasses.replace(data_range, refresh=done or asked or BACKFILL_TAG in tags)
 
 
-def ingestion_job(assets_def: dg.AssetsDefinition) -> UnresolvedAssetJobDefinition:
+def ingestion_job(assets_def: dg.AssetsDefinition) -> AssetJob:
     """The job that ingests ranges of `assets_def` (`<asset>_ingestion`): what its
-    schedule or sensor launches, so every run shows the job it belongs to."""
+    schedule or sensor launches, so every run shows the job it belongs to. Its partitions
+    are the asset's (Dagster infers them from the selection)."""
     return dg.define_asset_job(f"{assets_def.key.to_python_identifier()}_ingestion",
-                               selection=[assets_def.key], partitions_def=assets_def.partitions_def)
+                               selection=[assets_def.key])

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from offset_assets.dagster_adapter.asset_job import AssetJob
+
 
 def build_incremental_schedule(
     assets: Sequence[dg.AssetsDefinition | dg.AssetKey],
@@ -54,6 +56,6 @@ def build_offset_checks_schedule(
 
 
 def offset_checks_job(checks: Sequence[dg.AssetChecksDefinition], *,
-                      name: str = "offset_checks_job") -> dg.UnresolvedAssetJobDefinition:
+                      name: str = "offset_checks_job") -> AssetJob:
     """A job that evaluates the given checks and materializes nothing."""
     return dg.define_asset_job(name=name, selection=dg.AssetSelection.checks(*checks))

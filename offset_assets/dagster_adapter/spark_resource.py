@@ -53,12 +53,11 @@ The engine never stops the session: it belongs to the process (and to the provid
 # from its field annotations, which must be real types, not strings.
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from dagster_pyspark import LazyPySparkResource, PySparkResource
-from dagster_pyspark.resources import spark_session_from_config
-from dagster_spark.utils import flatten_dict
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, default_spark_master, default_spark_remote
@@ -74,12 +73,36 @@ from offset_assets.spark import (
 SparkProvider = LazyPySparkResource | PySparkResource
 
 
-def spark_config_from_environment(conf: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A `spark_config` naming where Spark runs as the environment says: `spark.remote`
-    from `OFFSET_ASSETS_SPARK_REMOTE`, else `spark.master` from `OFFSET_ASSETS_SPARK_MASTER`
-    (else `local[*]`) with the run-cost settings (`offset_assets.spark.RUN_COST_CONF`),
-    plus `conf`."""
-    return with_run_cost_conf({**(conf or {}), **_location_from_environment()})
+def spark_config_from_environment(conf: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A flat `spark_config`: `conf`, where Spark runs, and the run-cost settings.
+
+    Where Spark runs is the caller's when `conf` names it (`spark.master` or
+    `spark.remote`), even with `OFFSET_ASSETS_SPARK_MASTER` / `OFFSET_ASSETS_SPARK_REMOTE`
+    set: the variables are defaults, as for `get_spark_session(master=...)` and
+    `SparkSessionResource`, and a location written in code is a decision the code made.
+    Leave it out of `conf` to let the operator choose: then `spark.remote` from
+    `OFFSET_ASSETS_SPARK_REMOTE`, else `spark.master` from `OFFSET_ASSETS_SPARK_MASTER`,
+    else `local[*]`. The run-cost settings (`offset_assets.spark.RUN_COST_CONF`) sit under
+    a driver's configuration; a value `conf` has wins."""
+    settings = flat_settings(conf or {})
+    where = {} if _names_location(settings) else _location_from_environment()
+    return with_run_cost_conf({**settings, **where})
+
+
+def flat_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` with nested sections joined by dots, as Spark reads a `spark_config`
+    (`{"spark": {"master": "local[2]"}}` -> `{"spark.master": "local[2]"}`)."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            flat.update({f"{key}.{inner}": v for inner, v in flat_settings(value).items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _names_location(settings: Mapping[str, Any]) -> bool:
+    return "spark.master" in settings or "spark.remote" in settings
 
 
 def _location_from_environment() -> dict[str, str]:
@@ -111,29 +134,44 @@ class SparkSessionResource(LazyPySparkResource):
         "process; default OFFSET_ASSETS_SPARK_REMOTE. Exclusive with master.",
     )
 
+    # This class's own session. dagster-pyspark's `LazyPySparkResource` builds from
+    # `spark_config` alone in a private method; its public surface is the two properties
+    # below, so they are overridden whole and build from `session_config()` instead.
+    _session: SparkSession | None = PrivateAttr(default=None)
+
     def session_config(self) -> dict[str, Any]:
         """The settings the session is built from: `spark_config` and where Spark runs
         (with the run-cost settings for a driver of its own, unless `spark_config` sets them)."""
-        flat = dict(flatten_dict(self.spark_config))
+        flat = flat_settings(self.spark_config)
         if self.master or self.remote:
             where = {"spark.master": self.master} if self.master else {}
             where.update({"spark.remote": self.remote} if self.remote else {})
-        elif "spark.master" in flat or "spark.remote" in flat:
+        elif _names_location(flat):
             where = {}
         else:
             where = _location_from_environment()
         return with_run_cost_conf({**flat, **where})
 
-    def _init_session(self) -> None:
-        if self._spark_session is None:
-            self._spark_session = spark_session_from_config(self.session_config())
+    @property
+    def spark_session(self) -> SparkSession:
+        """The session, built on first access from `session_config()`."""
+        if self._session is None:
+            builder = SparkSession.builder
+            for key, value in self.session_config().items():
+                builder = builder.config(key, value)
+            self._session = builder.getOrCreate()
+        return self._session
+
+    @property
+    def spark_context(self) -> Any:
+        return self.spark_session.sparkContext
 
 
 def requested_settings(provider: SparkProvider) -> dict[str, Any]:
     """The flat settings `provider` builds its session from."""
     if isinstance(provider, SparkSessionResource):
         return provider.session_config()
-    return dict(flatten_dict(provider.spark_config or {}))
+    return flat_settings(provider.spark_config or {})
 
 
 def check_provider_before_start(provider: SparkProvider) -> None:
@@ -158,17 +196,20 @@ def data_plane_session(provider: SparkProvider) -> SparkSession:
     # Before the provider builds anything: it would apply a conflicting setting to the
     # process's shared session.
     check_base_settings(requested_settings(provider))
-    # dagster-pyspark keeps the session it built in `_spark_session`: none yet (and no
-    # session active in the process) means this access starts Spark, so check first.
-    if getattr(provider, "_spark_session", None) is None and SparkSession.getActiveSession() is None:
-        if isinstance(provider, PySparkResource):
+    if isinstance(provider, PySparkResource):
+        # Its `spark_session` is a plain read: what a Dagster step's set-up built, or None.
+        session = provider.spark_session
+        if session is None:
             raise SparkSettingError(
                 "PySparkResource builds its session only when a Dagster step sets it up; "
                 "outside a run use LazyPySparkResource, which builds it on first use"
             )
-        check_provider_before_start(provider)
-    session = provider.spark_session
-    if session is None:  # a PySparkResource outside a run, with a session active elsewhere
-        raise SparkSettingError("PySparkResource has no session outside a Dagster step: use LazyPySparkResource")
+    else:
+        # No session active in this thread: this access may start Spark, so check first.
+        # (Whether the provider built one already is dagster-pyspark's private state; one
+        # it built in another thread only costs the checks again.)
+        if SparkSession.getActiveSession() is None:
+            check_provider_before_start(provider)
+        session = provider.spark_session
     ensure_base_settings(session)
     return session
