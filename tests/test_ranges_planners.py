@@ -16,7 +16,6 @@ from offset_assets.ranges.planners import (
     committed_pointer,
     kafka_offsets_json,
     kafka_range_end,
-    plan_upstream_deltas,
 )
 
 DAY = timedelta(minutes=1440)
@@ -194,11 +193,6 @@ def test_upstream_refresh_is_followed_downstream():
     assert again.refresh and again.previous_status == "SUCCESS"
     with pytest.raises(PlanningError, match="'ods'"):
         UpstreamPlanner("ods").plan(mine, PlanInputs())
-
-
-def test_upstream_deltas_plan_one_range_per_unconsumed_delta():
-    history = [Row("0", "1"), Row("1", "2", status="FAILURE")]
-    assert spans(plan_upstream_deltas(history, [3, 1, 2])) == [("1", "2"), ("2", "3")]
 
 
 def test_pointer_chain_by_equality_ignores_cycles_and_empty_ranges():

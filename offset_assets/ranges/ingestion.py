@@ -106,24 +106,6 @@ class RangeResult:
     took_over_run_id: str | None = None
     open_window: bool = False  # ingested before its end: job_log holds end = start
 
-    def as_metadata(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-            "log_driven_type": str(self.data_range.kind),
-            "data_range_start": self.data_range.start,
-            "data_range_end": self.data_range.end,
-            "refresh": self.data_range.refresh,
-            "rows_read": self.rows_read,
-            "rows_upserted": self.rows_upserted,
-            "rows_deleted": self.rows_deleted,
-            "rows_unchanged": self.rows_unchanged,
-            "delta_num": self.delta_num,
-            "commit_ts": self.commit_ts,
-            "took_over_run_id": self.took_over_run_id,
-            "open_window": self.open_window,
-        }
-
 
 class _Steps:
     """The steps of one attempt, written to step_log with the attempt's outcome."""

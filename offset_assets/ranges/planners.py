@@ -335,15 +335,4 @@ def _started_after(row: LoggedRange, upstream: LoggedRange) -> bool:
     return (row.job_start_time or 0.0) >= (upstream.job_end_time or 0.0)
 
 
-def plan_upstream_deltas(
-    history: Sequence[LoggedRange], committed_deltas: Sequence[int]
-) -> list[DataRange]:
-    """One range (n-1, n] per committed delta of an upstream versioned table not yet
-    consumed, in delta order."""
-    pending = (
-        DataRange(RangeKind.UPSTREAM, str(num - 1), str(num)) for num in sorted(committed_deltas)
-    )
-    return _pending(pending, history)
-
-
 Planner = TimeWindowPlanner | AutoIncrementIdPlanner | KafkaOffsetPlanner | UpstreamPlanner
