@@ -17,6 +17,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from offset_assets.engine.commit import rollback_quietly
 from offset_assets.engine.errors import TransformationOutputError
@@ -27,6 +28,7 @@ from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.table import VersionedTable
+from offset_assets.versioned.table_schema import is_safe_cast
 from offset_assets.versioned.writes import Refusal
 
 # Columns the run adds to an output while writing it (never stored).
@@ -51,8 +53,9 @@ class OutputWriter:
         self.hots: dict[str, HotDelta] = {}
 
     def evaluate(self, produced: DataFrame | Mapping[str, DataFrame], persist: Persist) -> dict[str, DataFrame]:
-        """The function's outputs by name, each reduced to its table's data columns and
-        persisted; a missing output or column raises `TransformationOutputError`."""
+        """The function's outputs by name, each reduced to its table's data columns (cast
+        to their declared types) and persisted; a missing output or column, or a column
+        of the wrong type (`declared_columns`), raises `TransformationOutputError`."""
         t, tid = self.t, self.t.transformation_id
         by_name = {out.name: out for out in t.outputs}
         if isinstance(produced, DataFrame):
@@ -74,7 +77,7 @@ class OutputWriter:
                 raise TransformationOutputError(
                     f"transformation {tid!r}: output {name!r} lacks column(s) {missing}"
                 )
-            evaluated[name] = persist(df.select(*table.data_columns))
+            evaluated[name] = persist(declared_columns(tid, table.name, table.schema, df))
         return evaluated
 
     def write(self, keys: KeyValues | DataFrame, outputs: Mapping[str, DataFrame],
@@ -169,3 +172,31 @@ class OutputWriter:
                              last=self.t.commit_mode == "batch", large=shuffled)
         finally:
             previous.unpersist()
+
+
+def declared_columns(tid: str, table: str, schema: StructType, df: DataFrame) -> DataFrame:
+    """`df`'s columns of `schema`, each cast to its declared type, or
+    `TransformationOutputError` naming the table and every column of the wrong type with
+    its declared and returned types.
+
+    Checked here, before the output meets anything typed: the replacement's union with
+    the typed tombstones would otherwise coerce a column first (under ANSI rules a
+    string becomes a double), and the table's own check would see the coerced type.
+    Accepted are the declared type and the conversions that lose no value, the rule of
+    a direct write (`versioned.table_schema.is_safe_cast`): a smaller integer into a
+    larger one (int -> bigint), a float or an integer up to int into double, a decimal
+    into one with at least as many integer and fractional digits, an integer into a
+    decimal with room for its digits, an all-null column. Everything else (a string, a
+    bigint or a decimal into double, a double into float or decimal, ...) is refused:
+    converting it could change or lose values without a word."""
+    wrong = [
+        f"{f.name}: {df.schema[f.name].dataType.simpleString()} (declared {f.dataType.simpleString()})"
+        for f in schema.fields
+        if not is_safe_cast(df.schema[f.name].dataType, f.dataType)
+    ]
+    if wrong:
+        raise TransformationOutputError(
+            f"transformation {tid!r}: output {table!r} returned column(s) of the wrong type {wrong}; "
+            "only conversions that lose no value are made"
+        )
+    return df.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in schema.fields])
