@@ -146,6 +146,35 @@ def test_offset_age_thresholds_are_configurable(enriched, store, catalog):
     assert not age.passed and age.severity == dg.AssetCheckSeverity.ERROR
 
 
+def test_an_old_offset_of_a_quiet_input_is_reported_as_quiet_not_as_a_lagging_transformation(
+        enriched, store, catalog):
+    store.update_offsets_bulk({(TID, "posts"): commit(catalog, "posts")})
+    [row] = store.get_statistics(transformation_id=TID)
+    asset = resolve_incremental(enriched)
+
+    quiet = offset_age_result(store.control_plane(), asset, DEFAULT_WARN_AFTER_S, DEFAULT_ERROR_AFTER_S,
+                              now=row["updated_at"] + 90000)
+    assert (quiet.passed, quiet.severity) == (False, dg.AssetCheckSeverity.ERROR)
+    assert quiet.description == ("posts: offset 90000 s old (error from 86400 s), a quiet input: nothing "
+                                 "committed beyond the offset, the transformation is not lagging")
+    assert quiet.metadata["quiet_input.posts"].value is True
+
+    commit(catalog, "posts")  # work now waits beyond the offset
+    lagging = offset_age_result(store.control_plane(), asset, DEFAULT_WARN_AFTER_S, DEFAULT_ERROR_AFTER_S,
+                                now=row["updated_at"] + 90000)
+    assert (lagging.passed, lagging.severity) == (False, dg.AssetCheckSeverity.ERROR)
+    assert lagging.description == ("posts: offset 90000 s old (error from 86400 s), committed data waits "
+                                   "beyond the offset: the transformation is lagging")
+    assert lagging.metadata["quiet_input.posts"].value is False
+
+
+def test_the_offset_age_check_description_explains_quiet_inputs(enriched):
+    [spec] = [spec for check in build_offset_checks(enriched) for spec in check.check_specs
+              if spec.name == "offset_age"]
+    assert "such a quiet input (nothing committed beyond the offset, no backlog) is named in the result " \
+           "as quiet, not lagging" in spec.description
+
+
 def test_input_without_offset_passes_while_empty_and_warns_once_it_has_data(
         enriched, store, catalog):
     assert run_checks(enriched, store)["offset_age"].passed

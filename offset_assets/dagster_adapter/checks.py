@@ -7,7 +7,9 @@ own (`schedules.build_offset_checks_schedule`):
 - `offset_age`: per input, seconds since its offset last *advanced*
   (`OffsetStore.get_statistics`). WARN from `warn_after_s` (1 h), ERROR from
   `error_after_s` (24 h). An old offset means the transformation stopped running or its
-  input stopped changing; the backlog check tells which.
+  input stopped changing. The result tells which, per input: with nothing committed
+  beyond the offset the input is *quiet* (`quiet_input.<input>` true, and said in the
+  description): the transformation is not lagging, its input received nothing.
 - `offset_backlog`: per input, the committed deltas (and the versions they hold) beyond
   the offset, from the delta catalog: work the transformation has not done yet. WARN
   above `max_backlog_versions` (0), ERROR above `error_backlog_versions` when given, and
@@ -77,7 +79,9 @@ def _age_check(asset: IncrementalAsset, warn_after_s: float,
         name=OFFSET_AGE_CHECK,
         description=(
             f"Seconds since each input's offset last advanced: WARN from {warn_after_s:g} s, "
-            f"ERROR from {error_after_s:g} s (control plane only)."
+            f"ERROR from {error_after_s:g} s (control plane only). An offset also stands still "
+            "when its input receives nothing: such a quiet input (nothing committed beyond "
+            "the offset, no backlog) is named in the result as quiet, not lagging."
         ),
     )
     def _check(offset_store: OffsetStore) -> dg.AssetCheckResult:
@@ -108,7 +112,15 @@ def _backlog_check(asset: IncrementalAsset, max_versions: int, error_versions: i
 
 def offset_age_result(plane: ControlPlane, asset: IncrementalAsset, warn_after_s: float,
                       error_after_s: float, now: float | None = None) -> dg.AssetCheckResult:
-    """The `offset_age` verdict: the worst input decides."""
+    """The `offset_age` verdict: the worst input decides.
+
+    The age is the offset's, so a quiet input (nothing committed beyond its offset) ages
+    as much as one the transformation does not keep up with. The severity stays the
+    age's either way: a source silent for `error_after_s` is itself worth a look (its
+    producer may have stopped), and only the operator knows which sources may be quiet
+    that long (raise `error_after_s` for them). What changes is the text: each old
+    input says whether work waits for it (a lagging transformation) or nothing does
+    (a quiet input), and `quiet_input.<input>` says it for every input with an offset."""
     now = time.time() if now is None else now
     stats = {
         row["input_table_name"]: row
@@ -132,14 +144,20 @@ def offset_age_result(plane: ControlPlane, asset: IncrementalAsset, warn_after_s
             metadata[f"offset_age_s.{name}"] = dg.MetadataValue.null()
             continue
         age = row["offset_age_seconds"]
+        quiet = not catalog.committed_beyond(name, row["update_ts_offset"])
         metadata[f"offset_age_s.{name}"] = dg.MetadataValue.float(round(float(age), 1))
         metadata[f"offset.{name}"] = dg.MetadataValue.timestamp(row["update_ts_offset"])
+        metadata[f"quiet_input.{name}"] = dg.MetadataValue.bool(quiet)
+        why = (
+            "a quiet input: nothing committed beyond the offset, the transformation is not lagging"
+            if quiet else "committed data waits beyond the offset: the transformation is lagging"
+        )
         if age >= error_after_s:
             severity = dg.AssetCheckSeverity.ERROR
-            problems.append(f"{name}: offset {age:.0f} s old (error from {error_after_s:g} s)")
+            problems.append(f"{name}: offset {age:.0f} s old (error from {error_after_s:g} s), {why}")
         elif age >= warn_after_s:
             severity = severity or dg.AssetCheckSeverity.WARN
-            problems.append(f"{name}: offset {age:.0f} s old (warn from {warn_after_s:g} s)")
+            problems.append(f"{name}: offset {age:.0f} s old (warn from {warn_after_s:g} s), {why}")
     return _verdict(severity, problems, metadata, "every input's offset is fresh")
 
 
