@@ -132,6 +132,16 @@ def test_a_job_log_name_over_its_column_is_refused_before_a_row_is_written(db_ur
     assert log.jobs() == []
 
 
+@pytest.mark.parametrize("field", ["job_name", "workflow_name", "load_type"])
+def test_a_job_log_name_with_a_newline_is_refused_before_a_row_is_written(db_url, field):
+    log = JobLog(connect(db_url))
+    names = {"job_name": "orders", "workflow_name": "nightly", "load_type": "full"}
+    names[field] = "orders\nSUCCESS"
+    with pytest.raises(JobNameError, match=rf"{field} must hold no control characters: 'orders\\nSUCCESS'"):
+        log.claim(names.pop("job_name"), "0", None, run_id="run-a", **names)
+    assert log.jobs() == []
+
+
 def test_a_job_name_at_the_limit_is_claimed_and_read_back(db_url):
     log = JobLog(connect(db_url))
     name = "n" * 255

@@ -22,8 +22,8 @@ NAME_LIMITS = {"job_name": 255, "workflow_name": 255, "load_type": 32}
 
 
 def check_job_names(**names: str | None) -> None:
-    """Refuse, on every backend alike, a name that job_log could not store
-    (`check_job_names(job_name=..., workflow_name=...)`; None means not given)."""
+    """Refuse, on every backend alike, a name that job_log could not store, or that
+    holds a control character (`check_job_names(job_name=..., workflow_name=...)`; None means not given)."""
     for column, value in names.items():
         if value is None:
             continue
@@ -32,6 +32,9 @@ def check_job_names(**names: str | None) -> None:
             raise JobNameError(f"{column} must be a non-empty string, got {value!r}")
         if len(value) > limit:
             raise JobNameError(f"{column} is {len(value)} characters long, the limit is {limit}: {value!r}")
+        if not value.isprintable():
+            # A newline (or any control character) would split the row of every listing.
+            raise JobNameError(f"{column} must hold no control characters: {value!r}")
 
 
 @dataclass(frozen=True)
