@@ -30,6 +30,10 @@ class OffsetStore(dg.ConfigurableResource):
     The database is `db_url`, else `OFFSET_ASSETS_DB_URL`, else a SQLite file under
     `./state`; it is migrated to the current schema on first use. Works as a Dagster
     resource and as a plain object: `OffsetStore().get_offset("t", "posts")`.
+
+    Like the repository, every method refuses a transformation id or input name outside
+    the name rule (`InvalidNameError`) and a bulk holding an offset that is not a finite,
+    non-negative number (`InvalidOffsetError`) before anything is written.
     """
 
     db_url: str | None = Field(
