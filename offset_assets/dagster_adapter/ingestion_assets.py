@@ -33,6 +33,7 @@ table to downstream assets.
 
 import dataclasses
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -48,11 +49,17 @@ from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResou
 from offset_assets.dagster_adapter.ingestion_report import ingestion_metadata
 from offset_assets.dagster_adapter.partitions import range_for_partition, time_window_partitions
 from offset_assets.errors import OffsetAssetsError
+from offset_assets.ranges.errors import RangeOrderError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, RangeResult, is_open_window
 from offset_assets.ranges.planners import DataRange, TimeWindowPlanner
 
 REFRESH_TAG = "offset_assets/refresh"
 _FALSE_VALUES = frozenset({"false", "0", "no", "off", ""})
+
+# The job each ingestion asset was built from, by the asset's op: `Definitions` copies an
+# asset to bind its resources but keeps its op, so a loaded code location still leads
+# from an asset key to its job (`ingestion_job_of`, for `offset-assets ranges plan`).
+_JOBS_BY_OP: weakref.WeakKeyDictionary[dg.OpDefinition, IngestionJob] = weakref.WeakKeyDictionary()
 
 
 def ingestion_partitions(job: IngestionJob, end_offset: int = 1) -> dg.PartitionsDefinition:
@@ -151,6 +158,9 @@ def ingestion_asset(
             try:
                 result = ingestion.run_range(data_range, run_id=context.run_id,
                                              runtime_args={"partition_key": key})
+            except RangeOrderError as exc:
+                raise dg.Failure(description=f"{job.name} range {key}: {exc}. "
+                                             f"{how_ranges_are_added(asset_key)}") from exc
             except OffsetAssetsError as exc:
                 raise dg.Failure(description=f"{job.name} range {key}: {exc}") from exc
             results.append((key, result))
@@ -158,7 +168,21 @@ def ingestion_asset(
                      if incremental_engine.row_count else None)
         return dg.MaterializeResult(metadata=ingestion_metadata(results, row_count))
 
+    _JOBS_BY_OP[_ingest.op] = job
     return _ingest
+
+
+def ingestion_job_of(assets_def: dg.AssetsDefinition) -> IngestionJob | None:
+    """The `IngestionJob` `assets_def` was built from by `ingestion_asset`, else None."""
+    return _JOBS_BY_OP.get(assets_def.op) if assets_def.is_executable else None
+
+
+def how_ranges_are_added(asset_key: dg.AssetKey) -> str:
+    """Where the partitions of due ranges come from, for errors about a range that is not."""
+    return (f"Due ranges are planned from job_log by the asset's ingestion sensor or schedule, or "
+            f"from a shell: `offset-assets ranges plan {asset_key.to_user_string()}` adds them "
+            "as partitions and prints the commands that run them in order; a range already "
+            f"ingested is re-run with the run tag {REFRESH_TAG}=true")
 
 
 def _as_list(prefix: str | list[str] | None) -> list[str]:

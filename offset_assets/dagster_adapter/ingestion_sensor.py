@@ -1,6 +1,10 @@
 """The sensor of an ingestion asset with dynamic range partitions (ids, Kafka offsets,
 upstream ranges): it plans the job's next ranges from job_log, adds them as partitions
-and requests a run of the first due one; control plane and source only, never Spark."""
+and requests a run of the first due one; control plane and source only, never Spark.
+
+`plan_range_partitions` does the same planning for a shell (`offset-assets ranges plan`):
+it adds the due ranges' partitions to the Dagster instance and returns their keys, for
+`dagster asset materialize` to run in order."""
 
 # No `from __future__ import annotations`: Dagster inspects the decorated functions'
 # annotations (the context type) at definition time, so they must not be strings.
@@ -15,8 +19,9 @@ from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
 from offset_assets.dagster_adapter.ingestion_assets import dagster_run_is_dead, ingestion_job
 from offset_assets.dagster_adapter.offset_store import OffsetStore
-from offset_assets.dagster_adapter.partitions import range_partition_key
+from offset_assets.dagster_adapter.partitions import range_partition_key, time_partition_key
 from offset_assets.ranges.ingestion import IngestionJob, plan_ranges
+from offset_assets.ranges.planners import DataRange
 
 
 def build_ingestion_sensor(
@@ -65,14 +70,9 @@ def evaluate_ingestion_sensor(
     pending = plan_ranges(job, log)
     if not pending:
         return dg.SkipReason(f"{job.name}: no new range at the source")
-    keys = [range_partition_key(r) for r in pending]
-    first = pending[0]
-    row = log.get_range(job.name, first.start)
-    if row is not None and row.status != JobStatus.SUCCESS:
-        # Retry exactly the range that failed (or whose run died), under its own key.
-        keys[0] = row.runtime_args_dict.get("partition_key", keys[0])
-    known = set(instance.get_dynamic_partitions(partitions_def.name))
-    new_keys = list(dict.fromkeys(k for k in keys if k not in known))
+    keys = _range_keys(job, log, pending)
+    row = log.get_range(job.name, pending[0].start)
+    new_keys = _missing_keys(keys, partitions_def, instance)
     requests = [partitions_def.build_add_request(new_keys)] if new_keys else []
     policy = job.claim_policy
     is_dead = policy.is_run_dead or dagster_run_is_dead(instance)
@@ -87,6 +87,47 @@ def evaluate_ingestion_sensor(
     run = dg.RunRequest(run_key=f"{keys[0]}#{attempt}@{_state_stamp(job, plane)}",
                         partition_key=keys[0])
     return dg.SensorResult(run_requests=[run], dynamic_partitions_requests=requests)
+
+
+def plan_range_partitions(
+    job: IngestionJob,
+    partitions_def: dg.PartitionsDefinition,
+    plane: ControlPlane,
+    instance: dg.DagsterInstance,
+) -> list[str]:
+    """The partition keys of `job`'s due ranges, in run order, planned as its sensor or
+    schedule plans them (job_log and the source, never Spark). Dynamic range partitions
+    missing from `instance` are added to it; time windows are partitions already."""
+    log = JobLog(plane)
+    pending = plan_ranges(job, log)
+    if not pending:
+        return []
+    if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+        return [time_partition_key(partitions_def, r) for r in pending]
+    if not isinstance(partitions_def, dg.DynamicPartitionsDefinition) or partitions_def.name is None:
+        raise dg.DagsterInvalidDefinitionError(
+            f"{job.name}: partitions {partitions_def} are neither time windows nor named dynamic ranges"
+        )
+    keys = _range_keys(job, log, pending)
+    new_keys = _missing_keys(keys, partitions_def, instance)
+    if new_keys:
+        instance.add_dynamic_partitions(partitions_def.name, new_keys)
+    return keys
+
+
+def _range_keys(job: IngestionJob, log: JobLog, pending: list[DataRange]) -> list[str]:
+    keys = [range_partition_key(r) for r in pending]
+    row = log.get_range(job.name, pending[0].start)
+    if row is not None and row.status != JobStatus.SUCCESS:
+        # Retry exactly the range that failed (or whose run died), under its own key.
+        keys[0] = row.runtime_args_dict.get("partition_key", keys[0])
+    return keys
+
+
+def _missing_keys(keys: list[str], partitions_def: dg.DynamicPartitionsDefinition,
+                  instance: dg.DagsterInstance) -> list[str]:
+    known = set(instance.get_dynamic_partitions(partitions_def.name))
+    return list(dict.fromkeys(k for k in keys if k not in known))
 
 
 def _state_stamp(job: IngestionJob, plane: ControlPlane) -> str:

@@ -25,6 +25,7 @@ from offset_assets.ranges.planners import (
     RangeKind,
     TimeWindowPlanner,
     format_time,
+    parse_time,
 )
 
 KEY_PREFIXES = {
@@ -85,6 +86,12 @@ def range_for_time_partition(
 ) -> DataRange:
     window = partitions_def.time_window_for_partition_key(partition_key)
     return DataRange(RangeKind.TIME_WINDOW, format_time(window.start), format_time(window.end))
+
+
+def time_partition_key(partitions_def: dg.TimeWindowPartitionsDefinition, data_range: DataRange) -> str:
+    """The partition key of a time-window range (its window's start)."""
+    start = parse_time(data_range.start).replace(tzinfo=UTC)
+    return partitions_def.get_partition_key_for_timestamp(start.timestamp())
 
 
 def range_partition_key(data_range: DataRange) -> str:
