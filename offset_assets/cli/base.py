@@ -10,6 +10,10 @@ none has anything to act on, so a command run where there is none (outside the p
 folder, a mistyped path) says where it looked and exits 1, instead of creating an empty
 SQLite file and reporting "no offsets" as if nothing had run. An existing control plane
 of an older revision is still migrated to head, as any use of the library does.
+
+`ranges plan` is the exception: it plans an ingestion asset's ranges on the control plane
+of the project's Definitions, as their sensor does on its first tick, so that the very
+first range can be launched from a shell.
 """
 
 from __future__ import annotations

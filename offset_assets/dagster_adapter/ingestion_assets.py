@@ -156,7 +156,7 @@ def ingestion_asset(
             data_range = _range_to_run(ingestion.log, job, partitions_def, key, context.run.tags)
             context.log.info(f"{job.name}: ingesting range {key} ({_how(data_range)})")
             try:
-                result = ingestion.run_range(data_range, run_id=context.run_id,
+                result = ingestion.run_range(data_range, run_id=context.run.run_id,
                                              runtime_args={"partition_key": key})
             except RangeOrderError as exc:
                 raise dg.Failure(description=f"{job.name} range {key}: {exc}. "
