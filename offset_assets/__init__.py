@@ -21,6 +21,8 @@ _EXPORTS = {
     "TransformInput": "offset_assets.engine.transformation",
     "IncrementalEngine": "offset_assets.engine.incremental_engine",
     "RunResult": "offset_assets.engine.result",
+    "RunMode": "offset_assets.engine.result",
+    "ChangeDetection": "offset_assets.engine.transformation",
     # layer 4
     "IngestionJob": "offset_assets.ranges.ingestion",
     "TargetTable": "offset_assets.ranges.ingestion",

@@ -16,6 +16,7 @@ clock, so it is strictly greater than the process_ts of every key processed befo
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete, select, update
 
@@ -25,6 +26,15 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.schema import transform_reprocess_request
 
 _r = transform_reprocess_request
+
+
+@dataclass(frozen=True)
+class PendingReprocess:
+    """A pending request: its clock value R and the wall clock at which it was made (or
+    last moved forward), which a report names."""
+
+    requested_ts: float
+    requested_at: float
 
 
 class ReprocessRequests:
@@ -61,10 +71,15 @@ class ReprocessRequests:
 
     def pending(self, transformation_id: str, conn: Connection | None = None) -> float | None:
         """R of the pending request, or None."""
-        query = select(_r.c.requested_ts).where(_r.c.transformation_id == transformation_id)
+        request = self.pending_request(transformation_id, conn)
+        return None if request is None else request.requested_ts
+
+    def pending_request(self, transformation_id: str, conn: Connection | None = None) -> PendingReprocess | None:
+        """The pending request (R and when it was made), or None."""
+        query = select(_r.c.requested_ts, _r.c.requested_at).where(_r.c.transformation_id == transformation_id)
         with self.plane.within(conn) as c:
-            value = c.execute(query).scalar_one_or_none()
-        return None if value is None else float(value)
+            row = c.execute(query).one_or_none()
+        return None if row is None else PendingReprocess(float(row.requested_ts), float(row.requested_at))
 
     def complete(self, transformation_id: str, requested_ts: float, conn: Connection) -> None:
         """Delete the request R once a run has processed every key it covers (a newer

@@ -13,10 +13,10 @@ DataFrame per output name): one transformation committing them together, each ou
 its own asset and table.
 
 Design: the generated asset runs the engine in its body. The upstream assets are
-`deps` (ordering and lineage only, nothing loaded by an IO manager) and the body calls
-`IncrementalEngine.run_full` (or `run_changelist`) of its typed resource
-`incremental_engine: IncrementalEngineResource`, which calls the user's function once
-per batch. Why not the IO manager's load_input/handle_output here: Dagster calls an
+`deps` (ordering and lineage only, nothing loaded by an IO manager) and the body starts
+one `IncrementalInvocation` (`invocation.py`) on its typed resource
+`incremental_engine: IncrementalEngineResource` and streams its events; the engine
+calls the user's function once per batch. Why not the IO manager's load_input/handle_output here: Dagster calls an
 asset body exactly once, so per-batch commit, batch sizes, failed-batch recording and
 explicit key lists, which all need the function called per batch, cannot be expressed
 through it. The IO manager path stays for hand-written `@dg.asset`s (single batch,
@@ -30,7 +30,9 @@ Run controls, all visible in the Dagster UI:
   those keys; offsets untouched;
 - run config `{"change_detection": "v1"}`: compute the changed index by full comparison;
 - tag `dagster/backfill` (every backfill run) or `offset_assets/reset`: reset the offsets
-  and reprocess every key (see `backfill.py`).
+  and reprocess every key (see `backfill.py`);
+- a reprocess request made outside Dagster (`offset-assets reprocess`): the next regular
+  run reprocesses every key and is reported as a `reprocess` naming the request.
 Every materialization carries the run's metadata (`run_report.run_metadata`); failed keys
 fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
 """
@@ -38,7 +40,6 @@ fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
 # No `from __future__ import annotations`: Dagster inspects the decorated functions'
 # annotations (the context type) at definition time, so they must not be strings.
 
-import enum
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -56,19 +57,9 @@ from offset_assets.dagster_adapter.asset_spec import (
     schema_json,
     spec_metadata,
 )
-from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.run_report import observe_idle_run, run_events
-from offset_assets.engine.pending import idle_result
-from offset_assets.engine.result import RunResult
-from offset_assets.engine.transformation import TransformFunction
-
-
-class ChangeDetection(enum.Enum):
-    """How a run finds its changed keys: `v2` by offsets, `v1` by full comparison."""
-
-    v2 = "v2"
-    v1 = "v1"
+from offset_assets.dagster_adapter.invocation import IncrementalInvocation
+from offset_assets.engine.transformation import ChangeDetection, TransformFunction
 
 
 class IncrementalRunConfig(dg.Config):
@@ -80,6 +71,8 @@ class IncrementalRunConfig(dg.Config):
         description="Process exactly these transform-key values, e.g. [{post_id: 7}] "
         "(run_changelist); offsets are not touched.",
     )
+    # The engine's type, exported by the adapter under the same name
+    # (`offset_assets.dagster_adapter.ChangeDetection`); the launchpad offers v2 and v1.
     change_detection: ChangeDetection | None = Field(
         default=None,
         description="v2 (by offsets; the asset's default) or v1 (full comparison, to verify).",
@@ -111,7 +104,7 @@ def incremental_asset(
     join_keys: Mapping[str, Mapping[str, str]] | None = None,
     batch_size: int | None = None,
     commit_mode: Literal["end", "batch"] = "end",
-    change_detection: Literal["v2", "v1"] = "v2",
+    change_detection: ChangeDetection | Literal["v2", "v1"] = ChangeDetection.v2,
     on_failed_keys: FailedKeysPolicy = "raise",
     name: str | None = None,
     key_prefix: str | Sequence[str] | None = None,
@@ -157,7 +150,7 @@ def incremental_asset(
             metadata={**spec_metadata(spec), **(metadata or {})},
             io_manager_key=io_manager_key,
             # A run that commits no output delta yields no materialization (see
-            # `materialize_incremental`): downstream steps of the run are skipped.
+            # `_engine_body`): downstream steps of the run are skipped.
             output_required=False,
             kinds=kinds,
             description=description or inspect.getdoc(fn),
@@ -175,7 +168,7 @@ def incremental_multi_asset(
     join_keys: Mapping[str, Mapping[str, str]] | None = None,
     batch_size: int | None = None,
     commit_mode: Literal["end", "batch"] = "end",
-    change_detection: Literal["v2", "v1"] = "v2",
+    change_detection: ChangeDetection | Literal["v2", "v1"] = ChangeDetection.v2,
     on_failed_keys: FailedKeysPolicy = "raise",
     name: str | None = None,
     io_manager_key: str = "io_manager",
@@ -264,55 +257,22 @@ def _upstream(fn: Callable[..., Any], ins: Mapping[str, str | Sequence[str] | dg
 
 
 def _engine_body(fn: Callable[..., Any]) -> Callable[..., Iterator[dg.MaterializeResult]]:
-    """The asset body both decorators share: resolve the asset, run the engine."""
+    """The asset body both decorators share: one invocation of the engine, its events.
+
+    A materialization is what wakes downstream automation and the downstream steps of
+    the run, so a regular run yields one per output that committed a version; otherwise
+    (nothing to do, or every processed key left that output as it was) the output's
+    metadata is an observation. Explicit requests (a reset, a key list, a reprocess
+    request) materialize every output (`invocation.py`, `run_report.py`)."""
 
     def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
                      incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
         asset = resolve_incremental(context.assets_def)
-        yield from materialize_incremental(context, config, incremental_engine, asset, fn)
+        invocation = IncrementalInvocation.start(context, incremental_engine, asset, _by_parameter(asset, fn),
+                                                 config.changelist, config.change_detection)
+        yield from invocation.stream()
 
     return _incremental
-
-
-def materialize_incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
-                            resource: IncrementalEngineResource, asset: IncrementalAsset,
-                            fn: Callable[..., Any]) -> Iterator[dg.MaterializeResult]:
-    """Run the engine for `asset` as the Dagster run asks: changelist, reset or regular.
-
-    Cost follows the changes around the engine too: a regular run asks the control plane
-    first and, with nothing to do, starts no Spark session. A materialization is what
-    wakes downstream automation and the downstream steps of the run, so a regular run
-    yields one per output that committed a version (a row written or deleted); otherwise
-    (nothing to do, or every processed key left that output as it was) the output's
-    metadata is an observation. Explicit requests (a reset, a key list) always
-    materialize every output: the user asked for them (`run_report.run_events`)."""
-    tags = context.run.tags
-    reset = reset_reason(tags) if is_reset_run(tags) else None
-    keys = config.changelist
-    if keys is not None and reset is not None:
-        raise dg.Failure(
-            f"{asset.asset_key.to_user_string()}: a run cannot both reset the offsets "
-            f"({reset}) and process an explicit key list"
-        )
-    mode = config.change_detection.value if config.change_detection else asset.spec.change_detection
-    explicit = keys is not None or reset is not None
-    if not explicit and mode == "v2":
-        idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
-                           asset.output_tables, context.run_id, asset.spec.commit_mode)
-        if idle is not None:
-            context.log.info(f"{asset.transformation_id}: nothing to do (no input commit beyond "
-                             "the offsets); no Spark session started")
-            observe_idle_run(context, asset, idle, resource)
-            return
-    engine = resource.engine()
-    transformation = resource.transformation(asset, _by_parameter(asset, fn))
-    result: RunResult
-    if keys is not None:
-        result = engine.run_changelist(transformation, keys, run_id=context.run_id)
-    else:
-        result = engine.run_full(transformation, run_id=context.run_id, change_detection=mode,
-                                 reprocess_all=reset is not None)
-    yield from run_events(context, asset, result, reset, resource, explicit=explicit)
 
 
 def _parameters(fn: Callable[..., Any]) -> list[str]:

@@ -7,7 +7,9 @@ resets the transformation's offsets and supersedes its meta, so every key presen
 the inputs (and every key with output, so vanished keys lose theirs) is processed again.
 The offsets that were reset, with their old values, are written to the materialization
 metadata (`offsets_reset`) and to the run log; the run gets a short tag per
-transformation naming the reason.
+transformation naming the reason. (A reprocess request made outside Dagster,
+`offset-assets reprocess`, is reported the same way by the run that works on it: the
+engine's result names it, see `run_report.reprocess_reason`.)
 
 `offset_assets/reset` with a value of `false`, `0` or `no` does not reset (so a launch
 form can carry the tag switched off).
@@ -41,3 +43,8 @@ def reset_reason(tags: Mapping[str, str]) -> str:
     if BACKFILL_TAG in tags:
         return f"backfill {tags[BACKFILL_TAG]}"
     return f"tag {RESET_TAG}={tags.get(RESET_TAG)}"
+
+
+def tag_reset_reason(tags: Mapping[str, str]) -> str | None:
+    """Why the run's tags ask for a reset (`reset_reason`), or None when they do not."""
+    return reset_reason(tags) if is_reset_run(tags) else None

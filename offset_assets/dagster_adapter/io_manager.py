@@ -10,7 +10,9 @@ What it does depends on the asset it serves, told by the asset's definition meta
   A run tagged `dagster/backfill` or `offset_assets/reset` resets the offsets first.
 - **handling the output of an incremental asset**: the frame replaces the output of
   the processed keys; outputs, meta and offsets commit in one control-plane
-  transaction; the run's numbers become the materialization metadata (`run_report.py`).
+  transaction; the run's numbers become the materialization metadata through the same
+  reporting as `incremental_asset`'s (`run_report.py`; the row count of
+  `invocation.output_row_counts`).
 - **loading a versioned table into anything else** (a report, a plain asset, an op):
   its actual state, `VersionedTable.read_actual()`.
 - **handling the output of a plain asset**: the frame is written as one delta of the
@@ -31,7 +33,7 @@ what `incremental_asset` does (see `assets.py`), on top of the same IO manager.
 # from its field annotations, which must be real types, not strings.
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dagster as dg
@@ -45,9 +47,10 @@ from offset_assets.dagster_adapter.asset_spec import (
     resolve_incremental,
     table_name_for,
 )
-from offset_assets.dagster_adapter.backfill import is_reset_run, reset_reason
+from offset_assets.dagster_adapter.backfill import tag_reset_reason
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.run_report import report_run
+from offset_assets.dagster_adapter.invocation import output_row_counts
+from offset_assets.dagster_adapter.run_report import RunReport, report_output
 from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import TransformFunction
 
@@ -116,8 +119,7 @@ class OffsetIOManager(dg.ConfigurableIOManager):
                 "need the engine to call the function per batch: declare it with "
                 "@incremental_asset"
             )
-        tags = context.step_context.run_tags
-        reset = reset_reason(tags) if is_reset_run(tags) else None
+        reset = tag_reset_reason(context.step_context.run_tags)
         transformation = self.engine.transformation(asset, _body_is_the_function(asset))
         run = self.engine.engine().open_run(transformation, run_id=context.step_context.run_id,
                                      reprocess_all=reset is not None)
@@ -153,7 +155,9 @@ class OffsetIOManager(dg.ConfigurableIOManager):
             result = run.finish()
         finally:
             open_run.close()
-        report_run(context, asset, result, open_run.reset_reason, self.engine)
+        report = RunReport.of(asset, result, open_run.reset_reason)
+        report = replace(report, row_counts=output_row_counts(self.engine, asset, [asset.asset_key]))
+        report_output(context, report)
 
     # -- plain assets --------------------------------------------------------------------------
 

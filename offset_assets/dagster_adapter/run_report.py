@@ -1,132 +1,126 @@
-"""What a run did, for Dagster: a `RunResult` as materialization metadata, a summary,
-materialization or observation events, and each input's offset lag.
+"""What a run did, for Dagster: a finished run's `RunResult` as metadata, a summary, and
+the events of its asset (the one event iterator of both paths).
 
-`run_metadata(result)` turns the engine's `RunResult` into flat, typed entries
-(`rows_read.posts`, `offset_after.posts`, ...); the Dagster UI plots the numeric ones
-across materializations (the Plots view of the Metadata section on the asset's
-Overview). `run_summary` is the same run in a few Markdown lines. `report_run` does the
-whole report of a finished run for either path (the IO manager's `handle_output`, the
-engine body of `incremental_asset`): log, reset tag, failed-keys policy, metadata per
-output; `run_events` and `observe_idle_run` turn a run into the events of an asset body.
+`RunReport` is a finished run as its asset reports it: the engine's result, why every
+key was reprocessed (a backfill's tags, a reprocess request the run worked on), and the
+row counts the invocation took. Everything it says comes from the result: offsets
+before and after, each input's lag (`RunResult.offset_lag_s`), rows read and written;
+reporting reads neither the control plane nor Spark. `run_events` turns it into the
+events of an asset body (a materialization per output that committed a version, an
+observation otherwise); `report_output` does the same for the IO manager's
+`handle_output`. `run_metadata(result)` is the flat, typed entries (`rows_read.posts`,
+`offset_after.posts`, ...) the Dagster UI plots across materializations; `run_summary`
+is the same run in a few Markdown lines.
 
-What an asset declares before any run is `asset_spec.py`.
+What an asset declares before any run is `asset_spec.py`; how a run is started and
+driven is `invocation.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 
-from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.control_plane.offsets import OffsetRepository
-from offset_assets.dagster_adapter.asset_spec import FailedKeysPolicy, IncrementalAsset
+from offset_assets.dagster_adapter.asset_spec import FailedKeysPolicy, IncrementalAsset, IncrementalOutput
 from offset_assets.dagster_adapter.backfill import OFFSETS_RESET_TAG_PREFIX
-from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.engine.result import RunResult
+from offset_assets.engine.result import RunMode, RunResult
 
 
-def report_run(context: dg.OutputContext | dg.AssetExecutionContext, asset: IncrementalAsset,
-               result: RunResult, reset: str | None, engine: IncrementalEngineResource,
-               counted: Collection[dg.AssetKey] | None = None,
-               ) -> dict[dg.AssetKey, dict[str, dg.MetadataValue]]:
-    """Log the run, build each output asset's metadata and apply the failed-keys policy
-    (raises `Failure`). `dagster/row_count` (one Spark job over the table, when the
-    resource's `row_count` is on) only for the outputs in `counted` (default: every one):
-    an output the run left as it was keeps its count. An `OutputContext` (the IO
-    manager) also gets its asset's metadata as output metadata.
+@dataclass(frozen=True)
+class RunReport:
+    """A finished run of `asset`'s transformation, as its outputs report it.
 
-    A reset also tags the Dagster run, `offset_assets/offsets_reset.<transformation>` =
-    the reason (`backfill <id>`, `tag offset_assets/reset=true`): short, so the runs list
-    of a backfill shows it whole; which offsets were reset, and their old values, are in
-    the materialization metadata (`offsets_reset`) and the run log."""
-    lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
-    by_output = {
-        out.asset_key: run_metadata(
-            output_view(result, out.table_name, asset.output_tables), output_tables=[out.table_name],
-            reset_reason=reset, offset_lag_s=lags,
-            row_count=(engine.table(out.asset_key).read_actual().count()
-                       if engine.row_count and (counted is None or out.asset_key in counted) else None))
-        for out in asset.outputs
-    }
-    context.log.info(run_summary(result, reset))
-    if reset is not None:
-        context.log.warning(
-            f"{asset.asset_key.to_user_string()}: {reset}: offsets reset "
-            f"({reset_offsets_text(result)}) and every key reprocessed"
-        )
-        instance = context.step_context.instance if isinstance(context, dg.OutputContext) else context.instance
-        instance.add_run_tags(context.run_id, {f"{OFFSETS_RESET_TAG_PREFIX}{asset.transformation_id}": reset})
-    check_failed_keys(result, asset.spec.on_failed_keys, by_output[asset.asset_key], context.log)
-    if isinstance(context, dg.OutputContext):
-        context.add_output_metadata(by_output[asset.asset_key])
-    return by_output
+    `reason`: why every key was reprocessed (`backfill <id>`, `tag
+    offset_assets/reset=true`, `reprocess request of <date>`), None for any other run;
+    `row_counts`: `dagster/row_count` of the outputs the invocation counted."""
+
+    asset: IncrementalAsset
+    result: RunResult
+    reason: str | None = None
+    row_counts: Mapping[dg.AssetKey, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, asset: IncrementalAsset, result: RunResult, tag_reason: str | None) -> RunReport:
+        """The report of `result`, its reason named by the run's tags or else by the
+        reprocess request the run worked on."""
+        return cls(asset, result, tag_reason or reprocess_reason(result))
+
+    @property
+    def materialized(self) -> list[dg.AssetKey]:
+        """The outputs the run materializes: each that committed a version (a row written
+        or deleted); every output of an explicit request (a reprocess, a key list): the
+        user asked for them. A materialization is what wakes downstream automation and
+        the downstream steps of the run."""
+        explicit = self.result.mode != RunMode.incremental
+        return [out.asset_key for out in self.asset.outputs
+                if explicit or self.result.versions_written(out.table_name) > 0]
+
+    def metadata(self, out: IncrementalOutput) -> dict[str, dg.MetadataValue]:
+        tables = [o.table_name for o in self.asset.outputs]
+        return run_metadata(output_view(self.result, out.table_name, tables), output_tables=[out.table_name],
+                            reset_reason=self.reason, row_count=self.row_counts.get(out.asset_key))
 
 
-def run_events(context: dg.AssetExecutionContext, asset: IncrementalAsset, result: RunResult,
-               reset: str | None, engine: IncrementalEngineResource, *,
-               explicit: bool) -> Iterator[dg.MaterializeResult]:
-    """The events of an asset body's finished run: a materialization per output that
-    committed a version (a row written or deleted), an observation for every other
-    output (every processed key left it as it was). A materialization is what wakes
-    downstream automation and the downstream steps of the run. An `explicit` run (a
-    reset, a key list) materializes every output: the user asked for it."""
-    materialized = [out.asset_key for out in asset.outputs
-                    if explicit or result.versions_written(out.table_name) > 0]
-    reports = report_run(context, asset, result, reset, engine, counted=materialized)
+def reprocess_reason(result: RunResult) -> str | None:
+    """`reprocess request of <date>` for a run that worked on a pending reprocess
+    request (`offset-assets reprocess`), None for any other."""
+    if result.mode != RunMode.reprocess or result.reprocess_requested_at is None:
+        return None
+    return f"reprocess request of {iso_utc(result.reprocess_requested_at, 'seconds')}"
+
+
+def run_events(context: dg.AssetExecutionContext, report: RunReport) -> Iterator[dg.MaterializeResult]:
+    """The events of an asset body's finished run: a materialization per output in
+    `report.materialized`, an observation on every other one (nothing to do, or every
+    processed key left it as it was). Failed keys apply the asset's policy first
+    (`check_failed_keys`: a `raise` fails the step before any event)."""
+    asset = report.asset
+    by_output = {out.asset_key: report.metadata(out) for out in asset.outputs}
+    _log_run(context, report, context.instance)
+    check_failed_keys(report.result, asset.spec.on_failed_keys, by_output[asset.asset_key], context.log)
+    materialized = report.materialized
     for out in asset.outputs:
         if out.asset_key in materialized:
-            yield dg.MaterializeResult(asset_key=out.asset_key, metadata=reports[out.asset_key])
+            yield dg.MaterializeResult(asset_key=out.asset_key, metadata=by_output[out.asset_key])
         else:
-            context.log.info(f"{out.asset_key.to_user_string()}: no output changed; "
-                             "reported as an observation, downstream assets not woken")
-            _observe(context, out.asset_key, reports[out.asset_key])
+            if report.result.processed_keys or report.result.failed_keys:
+                context.log.info(f"{out.asset_key.to_user_string()}: no output changed; "
+                                 "reported as an observation, downstream assets not woken")
+            context.log_event(dg.AssetObservation(asset_key=out.asset_key, metadata=by_output[out.asset_key]))
 
 
-def observe_idle_run(context: dg.AssetExecutionContext, asset: IncrementalAsset, result: RunResult,
-                     engine: IncrementalEngineResource) -> None:
-    """An observation on each output of a run the control plane answered (nothing to do):
-    the same entries as any run, without the row count, which would need Spark."""
-    lags = offset_lag_seconds(engine.control_plane(), asset.transformation_id, asset.input_tables)
-    context.log.info(run_summary(result, None))
-    for out in asset.outputs:
-        _observe(context, out.asset_key,
-                 run_metadata(result, output_tables=[out.table_name], offset_lag_s=lags))
+def report_output(context: dg.OutputContext, report: RunReport) -> None:
+    """The IO manager's report of its asset's run: the log, the failed-keys policy and
+    the asset's metadata as output metadata (Dagster materializes the output itself)."""
+    asset = report.asset
+    metadata = report.metadata(next(out for out in asset.outputs if out.asset_key == asset.asset_key))
+    _log_run(context, report, context.step_context.instance)
+    check_failed_keys(report.result, asset.spec.on_failed_keys, metadata, context.log)
+    context.add_output_metadata(metadata)
 
 
-def _observe(context: dg.AssetExecutionContext, asset_key: dg.AssetKey,
-             metadata: dict[str, dg.MetadataValue]) -> None:
-    context.log_event(dg.AssetObservation(asset_key=asset_key, metadata=metadata))
+def _log_run(context: dg.OutputContext | dg.AssetExecutionContext, report: RunReport,
+             instance: dg.DagsterInstance) -> None:
+    """The run's summary in the log; a reprocess also warns and tags the Dagster run,
+    `offset_assets/offsets_reset.<transformation>` = the reason: short, so the runs list
+    of a backfill shows it whole; which offsets were reset, and their old values, are in
+    the materialization metadata (`offsets_reset`) and the run log."""
+    result, reason = report.result, report.reason
+    context.log.info(run_summary(result, reason))
+    if reason is None:
+        return
+    context.log.warning(f"{report.asset.asset_key.to_user_string()}: {reason}: {_reprocess_text(result)}")
+    instance.add_run_tags(context.run_id, {f"{OFFSETS_RESET_TAG_PREFIX}{report.asset.transformation_id}": reason})
 
 
-def offset_lag_seconds(plane: ControlPlane, transformation_id: str,
-                       input_tables: Iterable[str]) -> dict[str, float | None]:
-    """Per input, how far its offset lags behind its newest non-empty commit, in seconds
-    of commit time (0 when nothing committed is beyond the offset; None without an
-    offset). Unlike the offset's age, this stays 0 while an input receives nothing."""
-    offsets = OffsetRepository(plane).get_offsets_for_transformation(transformation_id)
-    catalog = DeltaCatalog(plane)
-    lags: dict[str, float | None] = {}
-    for name in input_tables:
-        offset = offsets.get(name)
-        if offset is None:
-            lags[name] = None
-            continue
-        beyond = [d.commit_ts for d in catalog.committed_beyond(name, offset)]
-        lags[name] = max(beyond) - offset if beyond else 0.0
-    return lags
-
-
-def run_label(result: RunResult, reset_reason: str | None) -> str:
-    """What kind of run it was, in the words of the UI: `incremental` (only what changed
-    since the offsets), `reprocess` (every key, after an offset reset) or `changelist`."""
-    if result.mode == "changelist":
-        return "changelist"
-    return "reprocess" if reset_reason is not None else "incremental"
+def _reprocess_text(result: RunResult) -> str:
+    if result.offsets_reset:
+        return f"offsets reset ({reset_offsets_text(result)}) and every key reprocessed"
+    return "every key reprocessed (the request reset the offsets when it was made)"
 
 
 def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
@@ -139,17 +133,20 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
     materializations. An entry without a value is left out, never shown as null or `{}`:
     no `offset_before.X` before an input's first offset (or after a reset), no
     `delta.X` when nothing was committed, `offsets_reset` only on a reset run that
-    replaced offsets. Two clocks are named apart: `run_started_at`/`run_finished_at` are
+    replaced offsets. `offset_lag_s.X` (default: the result's own, as of the run's
+    snapshot) says how far input X's offset is behind its newest commit. Two clocks are
+    named apart: `run_started_at`/`run_finished_at` are
     the run's wall clock; `inputs_committed_up_to` is the snapshot's commit clock (the
     keys' process_ts): the run read every input commit up to it, which on a quiet input
     is long before the run."""
     metadata: dict[str, dg.MetadataValue] = {
-        "mode": dg.MetadataValue.text(run_label(result, reset_reason)),
-        "change_detection": dg.MetadataValue.text(result.change_detection),
+        "mode": dg.MetadataValue.text(str(result.mode)),
+        "change_detection": dg.MetadataValue.text(str(result.change_detection)),
         "commit_mode": dg.MetadataValue.text(result.commit_mode),
         "changed_keys": dg.MetadataValue.int(result.changed_keys),
         "processed_keys": dg.MetadataValue.int(result.processed_keys),
         "failed_keys": dg.MetadataValue.int(result.failed_keys),
+        "deletions_waiting": dg.MetadataValue.int(result.deletions_waiting),
         "batches": dg.MetadataValue.int(result.batches),
         "batches_failed": dg.MetadataValue.int(result.batches_failed),
         "duration_s": dg.MetadataValue.float(round(result.duration_s, 3)),
@@ -172,7 +169,8 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
             metadata[f"offset_before.{name}"] = dg.MetadataValue.timestamp(result.offsets_before[name])
         if name in result.offsets_after:
             metadata[f"offset_after.{name}"] = dg.MetadataValue.timestamp(result.offsets_after[name])
-    for name, lag in sorted((offset_lag_s or {}).items()):
+    lags = result.offset_lag_s() if offset_lag_s is None else offset_lag_s
+    for name, lag in sorted(lags.items()):
         if lag is not None:
             metadata[f"offset_lag_s.{name}"] = dg.MetadataValue.float(round(lag, 3))
     for name, delta in sorted(result.snapshot_deltas.items()):
@@ -213,16 +211,18 @@ def output_view(result: RunResult, table: str, output_tables: Sequence[str]) -> 
 def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
     """The run in a few Markdown lines a person reads: what was processed and why, which
     input commits it read, and how each input's offset moved (as UTC dates)."""
-    label = run_label(result, reset_reason)
+    label = result.mode
     lines = [
         f"**{label}** run of `{result.transformation_id}` ({result.change_detection}, "
         f"commit {result.commit_mode}): processed {result.processed_keys} of "
         f"{result.changed_keys} changed key(s) in {result.batches} batch(es), "
-        f"{result.failed_keys} failed, in {result.duration_s:.1f} s.",
+        f"{result.failed_keys} failed{_waiting_text(result)}, in {result.duration_s:.1f} s.",
         f"Read the inputs as committed up to {iso_utc(result.process_ts)}.",
     ]
-    if reset_reason is not None:
+    if reset_reason is not None and result.offsets_reset:
         lines.append(f"Offsets reset by {reset_reason}: {reset_offsets_text(result)}.")
+    elif reset_reason is not None:
+        lines.append(f"Every key reprocessed: {reset_reason}.")
     lines.append("")
     lines.append("| input | rows read | offset before | offset after |")
     lines.append("|---|---|---|---|")
@@ -238,16 +238,21 @@ def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _waiting_text(result: RunResult) -> str:
+    return f" ({result.deletions_waiting} deletion(s) waiting with them)" if result.deletions_waiting else ""
+
+
 def reset_offsets_text(result: RunResult) -> str:
     """The offsets a reset replaced, as `input (was date)`, for the summary and the log."""
     return ", ".join(f"{name} (was {iso_utc(ts)})"
                      for name, ts in sorted(result.offsets_reset.items())) or "none were set"
 
 
-def iso_utc(epoch_seconds: float) -> str:
-    """An epoch time as an ISO 8601 UTC date with microseconds (offsets are that precise)."""
+def iso_utc(epoch_seconds: float, timespec: str = "microseconds") -> str:
+    """An epoch time as an ISO 8601 UTC date, with microseconds by default (offsets are
+    that precise; a wall-clock moment a person reads needs `seconds`)."""
     moment = datetime.fromtimestamp(epoch_seconds, tz=UTC)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def _date(value: float | None) -> str:
@@ -262,16 +267,13 @@ def _offset_before_text(result: RunResult, name: str) -> str:
 
 def check_failed_keys(result: RunResult, policy: FailedKeysPolicy,
                       metadata: Mapping[str, dg.MetadataValue], log: Any) -> None:
-    """Failed keys never pass silently: `raise` fails the step with `dg.Failure` (the
+    """Failed batches never pass silently: `raise` fails the step with `dg.Failure` (the
     run's metadata attached), `warn` logs a warning and lets the materialization stand.
-    Either way the keys are recorded as failed in meta and retried by later runs."""
-    if result.failed_keys == 0:
+    Either way their keys are recorded as failed in meta and retried by later runs. The
+    message leads with the counts and each batch's one-line error (`RunResult.failure_text`)."""
+    if result.succeeded:
         return
-    message = (
-        f"{result.transformation_id}: {result.failed_keys} key(s) failed in "
-        f"{result.batches_failed} batch(es); they are retried by the next run: "
-        + "; ".join(error.splitlines()[0][:300] for error in result.errors)
-    )
+    message = result.failure_text()
     if policy == "raise":
         raise dg.Failure(description=message, metadata=dict(metadata))
     log.warning(message)

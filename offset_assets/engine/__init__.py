@@ -17,6 +17,8 @@ _EXPORTS = {
     "Transformation": "offset_assets.engine.transformation",
     "TransformInput": "offset_assets.engine.transformation",
     "RunResult": "offset_assets.engine.result",
+    "RunMode": "offset_assets.engine.result",
+    "ChangeDetection": "offset_assets.engine.transformation",
 }
 
 __all__ = sorted(_EXPORTS)

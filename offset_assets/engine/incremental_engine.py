@@ -57,7 +57,7 @@ class IncrementalEngine:
         self.leases = RunLeases(plane)
 
     def run_full(self, transformation: Transformation, run_id: str | None = None,
-                 change_detection: ChangeDetection | None = None, reprocess_all: bool = False) -> RunResult:
+                 change_detection: ChangeDetection | str | None = None, reprocess_all: bool = False) -> RunResult:
         """Process every changed key (v2 by offsets, or v1 by full comparison).
 
         `reprocess_all` (what a backfill asks for) resets the offsets and supersedes the
@@ -74,7 +74,7 @@ class IncrementalEngine:
             return _drive(run)
 
     def open_run(self, transformation: Transformation, run_id: str | None = None,
-                 keys: KeysLike | None = None, change_detection: ChangeDetection | None = None,
+                 keys: KeysLike | None = None, change_detection: ChangeDetection | str | None = None,
                  reprocess_all: bool = False) -> TransformationRun:
         """A run to drive step by step (the Dagster IO manager does): use it as a context manager."""
         return TransformationRun(
@@ -86,7 +86,7 @@ class IncrementalEngine:
             reprocess_all,
         )
 
-    def changed_index(self, transformation: Transformation, change_detection: ChangeDetection | None = None,
+    def changed_index(self, transformation: Transformation, change_detection: ChangeDetection | str | None = None,
                       ) -> ChangedIndex | None:
         """The changed index a run would compute now (read-only; no lease, nothing
         written); None when the control plane alone shows nothing changed."""
@@ -97,7 +97,7 @@ class IncrementalEngine:
         return compute_changed_index(transformation, meta, request, self.pushdown_limit,
                                      broadcast_limit=self.driver_keys_limit)
 
-    def changed_keys(self, transformation: Transformation, change_detection: ChangeDetection | None = None,
+    def changed_keys(self, transformation: Transformation, change_detection: ChangeDetection | str | None = None,
                      ) -> DataFrame:
         """The keys a run would process now (read-only; no lease, nothing written)."""
         index = self.changed_index(transformation, change_detection)

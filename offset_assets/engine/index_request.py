@@ -90,6 +90,23 @@ class IndexRequest:
                 and not self.deltas_by_name(catalog, input_names))
 
 
+def snapshot_commit_ts(catalog: DeltaCatalog, snapshot: RunSnapshot,
+                       by_input: Mapping[str, Sequence[DeltaInfo]]) -> dict[str, float]:
+    """The commit_ts of each input's snapshot delta (inputs without one left out): from
+    the deltas a run reads when the snapshot delta is among them (an input with changes),
+    else from the catalog."""
+    found = {}
+    for name, num in snapshot.deltas.items():
+        if num <= 0:
+            continue
+        listed = by_input.get(name)
+        if listed and listed[-1].delta_num == num:
+            found[name] = listed[-1].commit_ts
+        else:
+            found[name] = catalog.by_num(name, num).commit_ts
+    return found
+
+
 def listed_failure_deltas(meta: VersionedTable, request: IndexRequest) -> list[DeltaInfo]:
     """The meta deltas the control plane lists as holding failed keys (v2)."""
     if not (request.use_offsets and request.failed_deltas):

@@ -19,14 +19,14 @@ from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
-from offset_assets.engine.index_request import IndexRequest, RunSnapshot
-from offset_assets.engine.result import RunResult
-from offset_assets.engine.transformation import meta_table_name
+from offset_assets.engine.index_request import IndexRequest, RunSnapshot, snapshot_commit_ts
+from offset_assets.engine.result import RunMode, RunResult
+from offset_assets.engine.transformation import ChangeDetection, meta_table_name
 from offset_assets.errors import OffsetAssetsError
 
 
 def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnapshot,
-                  offsets: Mapping[str, float], change_detection: str, reprocess_ts: float | None,
+                  offsets: Mapping[str, float], change_detection: ChangeDetection | str, reprocess_ts: float | None,
                   listed_failures: Sequence[int], use_settled: bool = True,
                   meta_deltas: Sequence[DeltaInfo] | None = None) -> IndexRequest:
     """What the control plane tells the changed index (offsets, settled deltas, listed
@@ -63,7 +63,7 @@ def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnap
 
 
 def current_request(plane: ControlPlane, transformation_id: str, input_names: Sequence[str],
-                    change_detection: str) -> IndexRequest:
+                    change_detection: ChangeDetection | str) -> IndexRequest:
     """The request a full run started now would build (read-only)."""
     deltas, clock = DeltaCatalog(plane).snapshot_state(list(input_names))
     return index_request(plane, transformation_id, RunSnapshot(deltas, clock),
@@ -77,7 +77,8 @@ def idle_result(plane: ControlPlane, transformation_id: str, input_names: Sequen
     """The result of a full v2 run started now, when the control plane alone shows it has
     nothing to do (no input delta beyond its offset and unsettled, no listed failure, no
     pending reprocess request); None when there is work. No Spark, no lease, nothing
-    written: a run started anyway would process no key and commit no delta.
+    written: a run started anyway would process no key and commit no delta. The result
+    carries each input's newest commit, so its offset lag needs no further query.
 
     A transformation whose outputs or meta are not in the catalog yet has work: its first
     run creates them, so downstream assets find a table even when it is empty. v1 compares
@@ -92,13 +93,14 @@ def idle_result(plane: ControlPlane, transformation_id: str, input_names: Sequen
     return RunResult(
         transformation_id=transformation_id,
         run_id=run_id,
-        mode="full",
-        change_detection="v2",
+        mode=RunMode.incremental,
+        change_detection=ChangeDetection.v2,
         commit_mode=commit_mode,
         process_ts=request.snapshot.process_ts,
         snapshot_deltas=dict(request.snapshot.deltas),
         offsets_before=dict(request.offsets),
         offsets_after=dict(request.offsets),
+        input_commit_ts=snapshot_commit_ts(catalog, request.snapshot, {}),
         started_at=started_at,
         finished_at=time.time(),
     )

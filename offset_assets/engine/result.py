@@ -1,25 +1,39 @@
-"""What a run did: a ChangeList (processed keys, offsets per input) grown into a report."""
+"""What a run did: a ChangeList (processed keys, offsets per input) grown into a report.
+
+The result carries everything a report of the run needs (its kind, the reprocess request
+it worked on, each input's newest commit in its snapshot), so that a caller reports a
+run without reading the control plane or the tables again."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from offset_assets.engine.transformation import ChangeDetection
 
 
-def merge_offsets(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
-    """ChangeList merge: per input the larger offset wins, so offsets only move forward."""
-    merged = dict(a)
-    for name, value in b.items():
-        merged[name] = max(merged[name], value) if name in merged else value
-    return merged
+class RunMode(StrEnum):
+    """What kind of run it was: `incremental` (what changed since the offsets),
+    `reprocess` (every key: a backfill, or a run working on a pending reprocess
+    request) or `changelist` (given keys; offsets untouched)."""
+
+    incremental = "incremental"
+    reprocess = "reprocess"
+    changelist = "changelist"
+
+
+# How a run's keys were found: by a change detection, given (`explicit`, a changelist),
+# or all of them (`reprocess_all`, a backfill).
+KeySource = ChangeDetection | Literal["explicit", "reprocess_all"]
 
 
 @dataclass
 class RunResult:
     transformation_id: str
     run_id: str
-    mode: str  # "full" | "changelist"
-    change_detection: str  # "v1" | "v2" | "explicit"
+    mode: RunMode
+    change_detection: KeySource
     commit_mode: str  # "end" | "batch"
     # The commit clock when the run took its snapshot: every input commit at or before it
     # is read, none after. A commit time, not the run's wall clock (see started_at).
@@ -28,9 +42,19 @@ class RunResult:
     offsets_before: dict[str, float]
     offsets_after: dict[str, float] = field(default_factory=dict)
     offsets_reset: dict[str, float] = field(default_factory=dict)
+    # Per input, the commit_ts of the newest delta in the run's snapshot (inputs without
+    # a committed delta left out): what its offset lag is measured against.
+    input_commit_ts: dict[str, float] = field(default_factory=dict)
+    # Wall clock at which the pending reprocess request this run worked on was made
+    # (`offset-assets reprocess`, `IncrementalEngine.request_reprocess`); None when the
+    # run worked on none (a backfill resets by itself and names no request).
+    reprocess_requested_at: float | None = None
     changed_keys: int = 0
     processed_keys: int = 0
     failed_keys: int = 0
+    # Keys of failed batches that no input holds any more: their deletion waits with the
+    # failed keys (a batch's outputs are written whole or not at all).
+    deletions_waiting: int = 0
     errors: list[str] = field(default_factory=list)
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_written: dict[str, int] = field(default_factory=dict)
@@ -45,11 +69,33 @@ class RunResult:
 
     @property
     def succeeded(self) -> bool:
-        return self.failed_keys == 0
+        """No batch failed (a failed batch of deletions only counts no failed key)."""
+        return self.batches_failed == 0
+
+    def failure_text(self) -> str:
+        """The failed batches in one line: keys the function failed for, deletions of
+        the same batches waiting with them, and what each batch's error said first."""
+        waiting = (f", and {self.deletions_waiting} deletion(s) of the same batches wait with them"
+                   if self.deletions_waiting else "")
+        said = "; ".join(error.splitlines()[0][:300] for error in self.errors)
+        return (f"{self.transformation_id}: {self.failed_keys} key(s) failed in {self.batches_failed} "
+                f"batch(es){waiting}; they are retried by the next run: {said}")
 
     def versions_written(self, name: str) -> int:
         """Versions the run committed to table `name`: rows written plus rows deleted."""
         return self.rows_written.get(name, 0) + self.rows_deleted.get(name, 0)
+
+    def offset_lag_s(self) -> dict[str, float | None]:
+        """Per input, how far its offset after the run lags behind the input's newest
+        commit in the run's snapshot, in seconds of commit time (0 when the offset
+        reached it or the input has no commit; None without an offset). Unlike the
+        offset's age, this stays 0 while an input receives nothing."""
+        lags: dict[str, float | None] = {}
+        for name in sorted({*self.snapshot_deltas, *self.offsets_after}):
+            offset = self.offsets_after.get(name)
+            newest = self.input_commit_ts.get(name)
+            lags[name] = None if offset is None else max(0.0, newest - offset) if newest is not None else 0.0
+        return lags
 
     def add_rows_read(self, name: str, count: int) -> None:
         self.rows_read[name] = self.rows_read.get(name, 0) + count
@@ -62,7 +108,8 @@ class RunResult:
         self.deltas.setdefault(name, []).append(delta_num)
 
     def summary(self) -> str:
-        status = "ok" if self.succeeded else f"{self.failed_keys} key(s) FAILED"
+        status = "ok" if self.succeeded else (f"{self.failed_keys} key(s) FAILED"
+                                               f" ({self.deletions_waiting} deletion(s) waiting)")
         return (
             f"{self.transformation_id} [{self.mode}/{self.change_detection}, commit={self.commit_mode}] "
             f"changed={self.changed_keys} processed={self.processed_keys} {status}; "

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,15 +36,15 @@ from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
-from offset_assets.engine.errors import TransformationOutputError
+from offset_assets.engine.errors import TransformationOutputError, error_text
 from offset_assets.engine.index_request import RunSnapshot
 from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
-from offset_assets.engine.result import RunResult
+from offset_assets.engine.result import RunMode, RunResult
 from offset_assets.engine.state import RunEngine, RunState
-from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.transformation import ChangeDetection, Transformation, change_detection_of
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.hot_delta import HotDelta
 
@@ -58,7 +57,7 @@ class TransformationRun:
     """One run of one transformation (see the module docstring for the protocol)."""
 
     def __init__(self, engine: RunEngine, transformation: Transformation, run_id: str,
-                 explicit_keys: KeysLike | None, change_detection: str,
+                 explicit_keys: KeysLike | None, change_detection: ChangeDetection | str,
                  reprocess_all: bool = False) -> None:
         self.engine = engine
         self.t = transformation
@@ -67,7 +66,7 @@ class TransformationRun:
         # Hot deltas name the transformation too, so a later run can recognise its own leftovers.
         self.holder = f"{transformation.transformation_id}:{self.lease_holder}"
         self._explicit_keys = explicit_keys
-        self.change_detection = change_detection
+        self.change_detection = change_detection_of(change_detection, transformation.transformation_id)
         self.reprocess_all = reprocess_all
         self._reads = RunReads(engine.pushdown_limit, engine.driver_keys_limit)
         self._keeper = LeaseKeeper(engine.leases, transformation.transformation_id, self.lease_holder,
@@ -75,6 +74,7 @@ class TransformationRun:
         self._keys: LocalKeys | DistributedKeys | None = None
         self._writer: OutputWriter | None = None
         self._batch_frames: list[DataFrame] = []
+        self._keys_present: dict[int, int] = {}  # per batch read: keys an input holds, when known
         self._meta_pending: list[PendingBatch] = []
         self._first_commit_done = False
         self._finished = False
@@ -117,7 +117,7 @@ class TransformationRun:
         self.result = RunResult(
             transformation_id=t.transformation_id,
             run_id=self.run_id,
-            mode="full" if self.is_full else "changelist",
+            mode=self._mode(state),
             change_detection=("explicit" if not self.is_full else
                               "reprocess_all" if self.reprocess_all else self.change_detection),
             commit_mode=t.commit_mode,
@@ -127,6 +127,8 @@ class TransformationRun:
             started_at=self._started_at,
         )
         self.result.offsets_reset = dict(state.offsets_reset)
+        self.result.input_commit_ts = dict(state.snapshot_commit_ts)
+        self.result.reprocess_requested_at = state.requested_at
         self._writer = OutputWriter(t, self.holder, self.run_id, self._reads, self.meta, self.result)
         selected = select_keys(t, self.meta, state, self._explicit_keys, self.engine.pushdown_limit,
                                self.engine.driver_keys_limit)
@@ -139,6 +141,13 @@ class TransformationRun:
         self.batches: list[int] = sorted(self.batch_sizes)
         self.result.changed_keys = sum(self.batch_sizes.values())
         self.result.batches = len(self.batches)
+
+    def _mode(self, state: RunState) -> RunMode:
+        """A full run fulfilling a reprocess (a backfill's, or a pending request it works
+        on) reprocesses; any other full run is incremental."""
+        if not self.is_full:
+            return RunMode.changelist
+        return RunMode.reprocess if state.request_ts is not None else RunMode.incremental
 
     @property
     def spark(self) -> SparkSession:
@@ -164,15 +173,24 @@ class TransformationRun:
     def _pending(self, batch: int, error: str | None) -> PendingBatch:
         return PendingBatch(self._batch(batch), self.batch_sizes[batch], error)
 
-    def batch_keys(self, batch: int) -> DataFrame:
-        """The transform keys of `batch` as a DataFrame."""
-        keys = self._batch(batch)
-        return keys.frame(self.meta) if isinstance(keys, KeyValues) else keys
-
     def input_frames(self, batch: int) -> dict[str, DataFrame]:
         """Actual rows (as of the run snapshot) of every input for the keys of `batch`
         (`loading.InputLoader`: reference inputs only for the join values found)."""
-        return self._loader.frames(self._batch(batch), self._persist, self.result)
+        counted = self._counting_input()
+        before = self.result.rows_read.get(counted, 0) if counted is not None else 0
+        frames = self._loader.frames(self._batch(batch), self._persist, self.result)
+        if counted is not None:
+            self._keys_present[batch] = self.result.rows_read.get(counted, 0) - before
+        return frames
+
+    def _counting_input(self) -> str | None:
+        """The input whose rows read count the batch's keys it holds, without a Spark job
+        of their own: the only primary input, when its primary key is the transform key
+        (one actual row per key). A batch key it does not hold is a deletion."""
+        primary = self.t.primary_inputs
+        if len(primary) == 1 and set(primary[0].table.primary_key) == set(self.t.transform_keys):
+            return primary[0].name
+        return None
 
     def _persist(self, df: DataFrame) -> DataFrame:
         df = df.persist(storage_level(isinstance(self._keys, DistributedKeys) and self._keys.shuffled))
@@ -213,11 +231,22 @@ class TransformationRun:
         return True
 
     def record_failure(self, batch: int, exc: BaseException) -> None:
-        """Record the keys of `batch` as failed with the error's text (batch mode: commit it)."""
+        """Record the keys of `batch` as failed with the error's text (batch mode: commit it).
+
+        Every key of the batch is recorded failed in meta and retried by later runs, the
+        deleted ones too: a batch's outputs are written whole or not at all, so their
+        deletion waits with the rest. The result counts them apart where that costs no
+        Spark job (`_counting_input`): `failed_keys` are the keys the function failed for,
+        `deletions_waiting` the keys no input holds; elsewhere every key counts as failed."""
         count = self.batch_sizes[batch]
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        log.error("batch %s of %s failed for %s key(s): %s", batch, self.t.transformation_id, count, text)
-        self.result.failed_keys += count
+        text, whole = error_text(exc)
+        present = self._keys_present.get(batch)
+        deletions = 0 if present is None else max(0, count - present)
+        log.error("batch %s of %s failed for %s key(s): %s", batch, self.t.transformation_id, count,
+                  text.splitlines()[0] if text else text)
+        log.debug("batch %s of %s failed: %s", batch, self.t.transformation_id, whole)
+        self.result.failed_keys += count - deletions
+        self.result.deletions_waiting += deletions
         self.result.batches_failed += 1
         self.result.errors.append(f"batch {batch}: {text[:1000]}")
         if self.t.commit_mode == "batch":

@@ -28,9 +28,9 @@ from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import RunLeases
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
-from offset_assets.engine.index_request import IndexRequest, RunSnapshot
+from offset_assets.engine.index_request import IndexRequest, RunSnapshot, snapshot_commit_ts
 from offset_assets.engine.pending import index_request
-from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.transformation import ChangeDetection, Transformation
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,11 @@ class RunState:
 
     `offsets_before`: the offsets the run reads from (none for a backfill, whose first
     commit deletes `offsets_reset`); `request_ts`: the clock value R of the reprocess the
-    run fulfils (a backfill's own snapshot clock, else a pending request's); `request` and
-    `by_input` (the deltas each input contributes) only for a full run, and
-    `snapshot_commit_ts` (the commit_ts of each input's snapshot delta, what its offset
-    moves to) too: a changelist run never moves offsets."""
+    run fulfils (a backfill's own snapshot clock, else a pending request's), and
+    `requested_at` the wall clock at which a pending request was made (None for a
+    backfill); `request` and `by_input` (the deltas each input contributes) only for a
+    full run. `snapshot_commit_ts`: the commit_ts of each input's snapshot delta, what a
+    full run's offsets move to and what every run's offset lag is measured against."""
 
     transformation_id: str
     full: bool
@@ -66,13 +67,14 @@ class RunState:
     offsets_before: Mapping[str, float]
     offsets_reset: Mapping[str, float] = field(default_factory=dict)
     request_ts: float | None = None
+    requested_at: float | None = None
     listed_failures: Sequence[int] = ()
     request: IndexRequest | None = None
     by_input: Mapping[str, list[DeltaInfo]] = field(default_factory=dict)
     snapshot_commit_ts: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, engine: RunEngine, t: Transformation, full: bool, change_detection: str,
+    def read(cls, engine: RunEngine, t: Transformation, full: bool, change_detection: ChangeDetection,
              reprocess_all: bool = False) -> RunState:
         """The state of a run of `t` starting now (the caller holds its lease)."""
         tid, catalog = t.transformation_id, engine.catalog
@@ -82,6 +84,7 @@ class RunState:
         offsets = engine.offsets.get_offsets_for_transformation(tid)
         offsets_reset: dict[str, float] = {}
         request_ts: float | None = None
+        requested_at: float | None = None
         if reprocess_all:
             # The reset is written in the run's first commit: a backfill that fails before
             # it leaves the offsets as they were.
@@ -95,10 +98,13 @@ class RunState:
         elif full:
             # A reprocess covers the keys whose meta is older than the pending request's R.
             # (A changelist run fulfils no request: it does not read it.)
-            request_ts = ReprocessRequests(engine.plane).pending(tid)
+            pending = ReprocessRequests(engine.plane).pending_request(tid)
+            if pending is not None:
+                request_ts, requested_at = pending.requested_ts, pending.requested_at
         if not full:
             return cls(tid, full=False, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
-                       offsets_reset=offsets_reset, request_ts=request_ts)
+                       offsets_reset=offsets_reset, request_ts=request_ts,
+                       snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, {}))
         listed = FailedDeltas(engine.plane).listed(tid)
         use_offsets = change_detection == "v2"
         # The meta's delta listing, when the changed index needs it (listed failures, a
@@ -109,22 +115,6 @@ class RunState:
                                 use_settled=not reprocess_all, meta_deltas=meta_deltas)
         by_input = request.deltas_by_name(catalog, input_names)
         return cls(tid, full=True, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
-                   offsets_reset=offsets_reset, request_ts=request_ts, listed_failures=listed,
-                   request=request, by_input=by_input,
-                   snapshot_commit_ts=_snapshot_commit_ts(catalog, snapshot, by_input))
-
-
-def _snapshot_commit_ts(catalog: DeltaCatalog, snapshot: RunSnapshot,
-                        by_input: Mapping[str, Sequence[DeltaInfo]]) -> dict[str, float]:
-    """The commit_ts of each input's snapshot delta: from the deltas the run reads when
-    the snapshot delta is among them (an input with changes), else from the catalog."""
-    found = {}
-    for name, num in snapshot.deltas.items():
-        if num <= 0:
-            continue
-        listed = by_input.get(name)
-        if listed and listed[-1].delta_num == num:
-            found[name] = listed[-1].commit_ts
-        else:
-            found[name] = catalog.by_num(name, num).commit_ts
-    return found
+                   offsets_reset=offsets_reset, request_ts=request_ts, requested_at=requested_at,
+                   listed_failures=listed, request=request, by_input=by_input,
+                   snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input))

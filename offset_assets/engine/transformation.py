@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from pyspark.sql import DataFrame
@@ -14,7 +15,26 @@ from offset_assets.versioned.table import VersionedTable
 
 TransformFunction = Callable[..., "DataFrame | Mapping[str, DataFrame]"]
 CommitMode = Literal["end", "batch"]
-ChangeDetection = Literal["v2", "v1"]
+
+
+class ChangeDetection(StrEnum):
+    """How a run finds its changed keys: `v2` by offsets (the default), `v1` by full
+    comparison (to verify v2 and measure against it). A str: `"v1"` is accepted wherever
+    a ChangeDetection is, and compares equal to `ChangeDetection.v1`."""
+
+    v2 = "v2"
+    v1 = "v1"
+
+
+def change_detection_of(value: object, transformation_id: str) -> ChangeDetection:
+    """`value` ("v1", "v2" or the enum) as a ChangeDetection; anything else is refused,
+    naming the transformation."""
+    if value not in tuple(ChangeDetection):  # a tuple: membership without hashing odd values
+        raise TransformationDefinitionError(
+            f"transformation {transformation_id!r}: change_detection {value!r} is not 'v1' or 'v2'"
+        )
+    return ChangeDetection(value)
+
 
 _ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
 # The id goes into String(255) control-plane columns and names the meta table
@@ -57,7 +77,7 @@ class Transformation:
     func: TransformFunction
     batch_size: int | None = None
     commit_mode: CommitMode = "end"
-    change_detection: ChangeDetection = "v2"
+    change_detection: ChangeDetection | str = ChangeDetection.v2
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -80,10 +100,8 @@ class Transformation:
             raise TransformationDefinitionError(
                 f"transformation {tid!r}: commit_mode {self.commit_mode!r} is not 'end' or 'batch'"
             )
-        if self.change_detection not in ("v1", "v2"):
-            raise TransformationDefinitionError(
-                f"transformation {tid!r}: change_detection {self.change_detection!r} is not 'v1' or 'v2'"
-            )
+        # Frozen: the string a caller gave becomes the enum once, here.
+        object.__setattr__(self, "change_detection", change_detection_of(self.change_detection, tid))
         if self.batch_size is not None and self.batch_size < 1:
             raise TransformationDefinitionError(
                 f"transformation {tid!r}: batch_size must be >= 1, got {self.batch_size}"

@@ -1,0 +1,124 @@
+"""`IncrementalInvocation`: one materialization of an incremental asset, from the state
+read to the events, driven by the asset body.
+
+    def body(context, config, incremental_engine):
+        invocation = IncrementalInvocation.start(context, config, incremental_engine, asset, fn)
+        yield from invocation.stream()
+
+`start` reads what the Dagster run asks (its tags, its run config) and decides the mode
+once: a `reset` (a backfill or the reset tag: every key again), a `changelist` (given
+keys), or a regular run, which first asks the control plane whether there is anything to
+do (`idle`: no Spark session started) and otherwise is a `run`. `stream` runs the engine
+in that mode (it reads the transformation's state once, at the start of its run) and
+turns the engine's result into events through the one event iterator of
+`run_report.py`. What is reported comes from the result; the only thing read again is
+`dagster/row_count`, one Spark count per materialized output, behind the resource's
+`row_count` option (`output_row_counts`, shared with the IO manager's path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+import dagster as dg
+
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset
+from offset_assets.dagster_adapter.backfill import tag_reset_reason
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
+from offset_assets.dagster_adapter.run_report import RunReport, run_events
+from offset_assets.engine.pending import idle_result
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.transformation import ChangeDetection, TransformFunction
+
+
+class InvocationMode(StrEnum):
+    """How an invocation runs the engine: `reset` (offsets reset, every key again),
+    `changelist` (given keys, offsets untouched), `idle` (the control plane showed
+    nothing to do: no engine run) or `run` (the changes since the offsets)."""
+
+    reset = "reset"
+    changelist = "changelist"
+    idle = "idle"
+    run = "run"
+
+
+@dataclass
+class IncrementalInvocation:
+    """One materialization of `asset`: its mode, decided at `start`, and `stream`, which
+    runs the engine and yields the asset's events."""
+
+    context: dg.AssetExecutionContext
+    resource: IncrementalEngineResource
+    asset: IncrementalAsset
+    func: TransformFunction
+    mode: InvocationMode
+    change_detection: ChangeDetection
+    reset_reason: str | None = None
+    keys: Sequence[dict[str, Any]] | None = None
+    idle: RunResult | None = None
+
+    @classmethod
+    def start(cls, context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
+              asset: IncrementalAsset, func: TransformFunction, changelist: Sequence[dict[str, Any]] | None,
+              change_detection: ChangeDetection | str | None) -> IncrementalInvocation:
+        """Decide the mode from the run's tags and config. A regular v2 run asks the
+        control plane first: with nothing to do it starts no Spark session (v1 compares
+        the data itself and always runs)."""
+        reason = tag_reset_reason(context.run.tags)
+        if changelist is not None and reason is not None:
+            raise dg.Failure(
+                f"{asset.asset_key.to_user_string()}: a run cannot both reset the offsets "
+                f"({reason}) and process an explicit key list"
+            )
+        detection = ChangeDetection(change_detection or asset.spec.change_detection)
+        invocation = cls(context, resource, asset, func, InvocationMode.run, detection, reason, changelist)
+        if reason is not None:
+            return replace(invocation, mode=InvocationMode.reset)
+        if changelist is not None:
+            return replace(invocation, mode=InvocationMode.changelist)
+        if detection == ChangeDetection.v2:
+            idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
+                               asset.output_tables, context.run_id, asset.spec.commit_mode)
+            if idle is not None:
+                return replace(invocation, mode=InvocationMode.idle, idle=idle)
+        return invocation
+
+    def stream(self) -> Iterator[dg.MaterializeResult]:
+        """Run the engine in the invocation's mode and yield the asset's events: a
+        materialization per output that committed a version (every output of an
+        explicit request: a reset, a key list, a reprocess request the run worked on),
+        an observation for every other output."""
+        result = self._run()
+        report = RunReport.of(self.asset, result, self.reset_reason)
+        if self.mode != InvocationMode.idle:
+            report = replace(report, row_counts=output_row_counts(self.resource, self.asset, report.materialized))
+        yield from run_events(self.context, report)
+
+    def _run(self) -> RunResult:
+        tid, run_id = self.asset.transformation_id, self.context.run_id
+        if self.mode == InvocationMode.idle:
+            self.context.log.info(f"{tid}: nothing to do (no input commit beyond the offsets); "
+                                  "no Spark session started")
+            return self.idle
+        engine = self.resource.engine()
+        transformation = self.resource.transformation(self.asset, self.func)
+        if self.mode == InvocationMode.changelist:
+            return engine.run_changelist(transformation, self.keys, run_id=run_id)
+        return engine.run_full(transformation, run_id=run_id, change_detection=self.change_detection,
+                               reprocess_all=self.mode == InvocationMode.reset)
+
+
+def output_row_counts(resource: IncrementalEngineResource, asset: IncrementalAsset,
+                      materialized: Collection[dg.AssetKey]) -> dict[dg.AssetKey, int]:
+    """`dagster/row_count` of each materialized output: its actual rows, one Spark job
+    each, when the resource's `row_count` is on. The catalog knows only an upper bound
+    (the upserts), so the count is taken here, in one place for both paths; an output
+    the run left as it was keeps its count."""
+    if not resource.row_count:
+        return {}
+    return {out.asset_key: resource.table(out.asset_key).read_actual().count()
+            for out in asset.outputs if out.asset_key in materialized}
+
