@@ -5,6 +5,7 @@ processes only the affected keys, a reset, and the command-line tool reading it 
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections import defaultdict
@@ -111,8 +112,13 @@ def test_the_guides_story_recomputes_only_the_affected_keys_and_equals_a_recompu
         # Bob moves from FR to DE, Eve (ES) joins; Eve's first order and one more of Ann's.
         change_source(url, at=today.replace(tzinfo=UTC).timestamp() + 60)
         assert ingest_new_orders(defs, instance) == ["id:6-8"]
-        ingest_customers(defs, instance, day)
+        # Bob's new row and Eve's; the three customers that did not change create no version.
+        ingested = ingest_customers(defs, instance, day)
+        assert (ingested["rows_read"], ingested["rows_upserted"], ingested["rows_unchanged"]) == (5, 2, 3)
         second = run_transformations(defs, instance)
+        large, small = second["large_orders"], second["small_orders"]
+        assert (large["rows_read.orders"], large["rows_written.large_orders"], small["rows_written.small_orders"]) == (
+            2, 1, 1)
         assert revenue_table(defs) == revenue_from_scratch(url) == {
             "DE": (4, 19_500), "ES": (1, 30_000), "FR": (2, 15_900), "IT": (1, 7_000)}
         # Orders 7 and 8 are new, order 3 is Bob's (its country changed); the countries of
@@ -121,6 +127,9 @@ def test_the_guides_story_recomputes_only_the_affected_keys_and_equals_a_recompu
         assert counts(second, "mode", "changed_keys", "processed_keys") == {
             "enriched_orders": ("incremental", 3, 3), "large_orders": ("incremental", 2, 2),
             "revenue_by_country": ("incremental", 3, 3), "small_orders": ("incremental", 2, 2)}
+        # Filtered join: the customers of the three orders only (Ann, Bob, Eve), not all five.
+        enriched = second["enriched_orders"]
+        assert (enriched["rows_read.orders"], enriched["rows_read.customers"]) == (3, 3)
         assert second["revenue_by_country"]["rows_read.enriched_orders"] == 7  # DE, ES, FR orders
         assert next(r for r in table_rows(defs, "revenue_by_country") if r["country"] == "IT") == italy
         assert {r["order_id"]: r["country"] for r in table_rows(defs, "enriched_orders")} == {
@@ -133,11 +142,18 @@ def test_the_guides_story_recomputes_only_the_affected_keys_and_equals_a_recompu
         assert (event.metadata["mode"].value, event.metadata["processed_keys"].value) == ("reprocess", 4)
         assert revenue_table(defs) == revenue_from_scratch(url)
 
+    # The command line of the guide, on the control plane the runs wrote (./state).
     runner = CliRunner()
-    offsets = runner.invoke(cli, ["offsets", "revenue_by_country"])
-    assert offsets.exit_code == 0 and "enriched_orders" in offsets.output
-    jobs = runner.invoke(cli, ["jobs"])
-    assert jobs.exit_code == 0 and "orders" in jobs.output and "customers" in jobs.output
-    deltas = runner.invoke(cli, ["deltas", "revenue_by_country"])
-    assert deltas.exit_code == 0
-    print(offsets.output, jobs.output, deltas.output)
+    offsets = runner.invoke(cli, ["offsets"])
+    assert offsets.exit_code == 0, offsets.output
+    assert {tuple(line.split()[:2]) for line in offsets.output.splitlines()[1:]} == {
+        ("enriched_orders", "customers"), ("enriched_orders", "orders"), ("order_sizes", "orders"),
+        ("revenue_by_country", "enriched_orders")}
+    jobs = runner.invoke(cli, ["jobs", "orders", "--json"])
+    assert jobs.exit_code == 0, jobs.output
+    assert [(r["data_range_start"], r["data_range_end"], r["status"])
+            for r in map(json.loads, jobs.output.splitlines())] == [("6", "8", "SUCCESS"), ("0", "6", "SUCCESS")]
+    deltas = runner.invoke(cli, ["deltas", "revenue_by_country", "--json"])
+    assert deltas.exit_code == 0, deltas.output
+    assert [(d["delta_num"], d["status"]) for d in map(json.loads, deltas.output.splitlines())] == [
+        (3, "committed"), (2, "committed"), (1, "committed")]

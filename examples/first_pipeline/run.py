@@ -30,10 +30,13 @@ def ingest_new_orders(defs: dg.Definitions, instance: dg.DagsterInstance) -> lis
         ingested.append(key)
 
 
-def ingest_customers(defs: dg.Definitions, instance: dg.DagsterInstance, day: str) -> None:
-    """Materialize one daily window of customers (today's: what the source holds so far)."""
+def ingest_customers(defs: dg.Definitions, instance: dg.DagsterInstance, day: str) -> dict[str, Any]:
+    """Materialize one daily window of customers (today's: what the source holds so far);
+    what the run reported (rows read, upserted, unchanged, ...)."""
     customers = defs.get_assets_def("customers")
-    dg.materialize([customers], partition_key=day, instance=instance, resources=defs.resources)
+    result = dg.materialize([customers], partition_key=day, instance=instance, resources=defs.resources)
+    [report] = result.asset_materializations_for_node("customers")
+    return {name: value.value for name, value in report.metadata.items()}
 
 
 def run_transformations(defs: dg.Definitions, instance: dg.DagsterInstance,
