@@ -16,6 +16,10 @@ multi-asset (`incremental_multi_asset`) is one transformation with several outpu
 output asset's spec names the shared transformation id (the multi-asset's name), and its
 table is still its own key as an identifier.
 
+Mistakes that need no Spark are refused when the spec is built (the module defining
+the asset loads), not ~45 s later when a run's Spark session has started
+(`IncrementalSpec.definition_problems`).
+
 What a run did (materialization metadata, summary, events) is `run_report.py`.
 """
 
@@ -27,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import dagster as dg
+
+from offset_assets.versioned.layout import SYSTEM_COLUMNS
 
 SPEC_KEY = "offset_assets/incremental"
 TABLE_KEY = "offset_assets/table"
@@ -47,7 +53,8 @@ class IncrementalSpec:
     asset's own inputs (`AssetsDefinition.keys_by_input_name`) are used. `join_keys`
     maps a parameter name to `{primary_col: reference_col}` for reference inputs.
     `primary_key` and `schema_json` are this asset's table; `transformation_id` is set
-    on the outputs of a multi-asset (None: the asset key as an identifier).
+    on the outputs of a multi-asset (None: the asset key as an identifier). `asset`
+    names the asset in the errors of a refused definition (not stored).
     """
 
     transform_keys: tuple[str, ...]
@@ -60,14 +67,49 @@ class IncrementalSpec:
     change_detection: Literal["v2", "v1"] = "v2"
     on_failed_keys: FailedKeysPolicy = "raise"
     transformation_id: str | None = None
+    asset: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.on_failed_keys not in ("raise", "warn"):
-            raise ValueError(
-                f"on_failed_keys must be 'raise' or 'warn', got {self.on_failed_keys!r}"
-            )
-        if not self.primary_key:
-            raise ValueError("an incremental asset needs an output primary key")
+        problems = self.definition_problems()
+        if problems:
+            where = self.asset or self.transformation_id
+            named = f"incremental asset {where!r}" if where else "incremental asset"
+            raise dg.DagsterInvalidDefinitionError(f"{named}: {'; '.join(problems)}")
+
+    def definition_problems(self) -> list[str]:
+        """What is wrong with this definition, each naming the key and the schema's
+        columns, from what the engine would refuse only once Spark has started: the
+        schema (a Spark StructType's JSON; no duplicate, reserved or map column), the
+        primary key and the transform keys (present, and columns of the schema), the
+        engine options. A nullable primary-key column is accepted, as the table accepts
+        it: a row whose key is null is refused when written."""
+        problems = [f"{option} must be one of {allowed}, got {value!r}" for option, value, allowed in (
+            ("on_failed_keys", self.on_failed_keys, ("raise", "warn")),
+            ("commit_mode", self.commit_mode, ("end", "batch")),
+            ("change_detection", self.change_detection, ("v2", "v1")),
+        ) if value not in allowed]
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            problems.append(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        fields = _schema_fields(self.schema_json)
+        if fields is None:
+            return [*problems, f"the schema is not a Spark StructType: {self.schema_json[:200]}"]
+        names = [f["name"] for f in fields]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            problems.append(f"duplicate column(s) {duplicates} in the schema {names}")
+        reserved = [n for n in names if n in SYSTEM_COLUMNS]
+        if reserved:
+            problems.append(f"column(s) {reserved} are reserved for version metadata")
+        maps = [f["name"] for f in fields if _contains_map(f["type"])]
+        if maps:
+            problems.append(f"column(s) {maps} hold maps, which cannot be compared: use an array of structs")
+        for what, keys in (("primary key", self.primary_key), ("transform key", self.transform_keys)):
+            if not keys:
+                problems.append(f"the output {what} names no column")
+            missing = [k for k in keys if k not in names]
+            if missing:
+                problems.append(f"{what} column(s) {missing} not in the output schema's columns {names}")
+        return problems
 
     def to_metadata(self) -> dict[str, Any]:
         return {
@@ -88,8 +130,9 @@ class IncrementalSpec:
         }
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> IncrementalSpec | None:
-        """The spec in `metadata`, or None when the asset is not incremental."""
+    def from_metadata(cls, metadata: Mapping[str, Any] | None, asset: str | None = None) -> IncrementalSpec | None:
+        """The spec in `metadata` (of the asset named `asset`, for errors), or None when
+        the asset is not incremental."""
         raw = _raw((metadata or {}).get(SPEC_KEY))
         if raw is None:
             return None
@@ -104,6 +147,7 @@ class IncrementalSpec:
             change_detection=raw.get("change_detection", "v2"),
             on_failed_keys=raw.get("on_failed_keys", "raise"),
             transformation_id=raw.get("transformation_id"),
+            asset=asset,
         )
 
 
@@ -225,7 +269,7 @@ def resolve_incremental(
     if assets_def is None:
         return None
     key = asset_key or next(iter(assets_def.keys_by_output_name.values()))
-    spec = IncrementalSpec.from_metadata(assets_def.metadata_by_key.get(key))
+    spec = IncrementalSpec.from_metadata(assets_def.metadata_by_key.get(key), key.to_user_string())
     if spec is None:
         return None
     by_name = dict(spec.inputs) or dict(assets_def.keys_by_input_name)
@@ -251,7 +295,8 @@ def _outputs(assets_def: dg.AssetsDefinition, key: dg.AssetKey,
                                   spec.primary_key, spec.schema_json),)
     outputs = []
     for name, output_key in assets_def.keys_by_output_name.items():
-        output = IncrementalSpec.from_metadata(assets_def.metadata_by_key.get(output_key))
+        output = IncrementalSpec.from_metadata(assets_def.metadata_by_key.get(output_key),
+                                               output_key.to_user_string())
         if output is not None and output.transformation_id == spec.transformation_id:
             outputs.append(IncrementalOutput(name, output_key, output.primary_key, output.schema_json))
     return tuple(outputs)
@@ -280,6 +325,31 @@ def column_schema(schema_json_text: str) -> dg.TableSchema:
             for f in fields
         ]
     )
+
+
+def _schema_fields(text: str) -> list[dict[str, Any]] | None:
+    """The fields of a StructType's JSON text, or None when it is not one."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict) or parsed.get("type") != "struct" or not isinstance(parsed.get("fields"), list):
+        return None
+    fields = parsed["fields"]
+    if not all(isinstance(f, dict) and isinstance(f.get("name"), str) and "type" in f for f in fields):
+        return None
+    return fields
+
+
+def _contains_map(data_type: Any) -> bool:
+    """True when a field's JSON type is, or nests, a map (arrays, structs)."""
+    if not isinstance(data_type, dict):
+        return False
+    if data_type.get("type") == "map":
+        return True
+    if data_type.get("type") == "array":
+        return _contains_map(data_type.get("elementType"))
+    return any(_contains_map(f.get("type")) for f in data_type.get("fields") or [] if isinstance(f, dict))
 
 
 def _raw(value: Any) -> Any:

@@ -1,0 +1,121 @@
+"""Definition mistakes that need no Spark are refused when the asset is declared (the
+module loads), with `DagsterInvalidDefinitionError` naming the asset, the key and the
+schema's columns, not after a run's Spark session started. No Spark here."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
+
+from offset_assets.dagster_adapter import (
+    IncrementalOut,
+    incremental_asset,
+    incremental_metadata,
+    incremental_multi_asset,
+)
+from offset_assets.dagster_adapter.asset_spec import IncrementalSpec
+
+ENRICHED = StructType([StructField("post_id", LongType(), False), StructField("text", StringType(), True)])
+
+
+def declare(**options):
+    settings = {"transform_keys": ["post_id"], "primary_key": ["post_id"], "schema": ENRICHED, **options}
+
+    @incremental_asset(**settings)
+    def enriched_posts(posts):
+        return posts
+
+    return enriched_posts
+
+
+def test_a_transform_key_missing_from_the_output_schema_is_refused_at_declaration():
+    with pytest.raises(dg.DagsterInvalidDefinitionError,
+                       match=r"transform key column\(s\) \['user_id'\] not in the output schema's columns "
+                             r"\['post_id', 'text'\]"):
+        declare(transform_keys=["post_id", "user_id"])
+
+
+def test_a_primary_key_missing_from_the_output_schema_is_refused_at_declaration():
+    with pytest.raises(dg.DagsterInvalidDefinitionError,
+                       match=r"primary key column\(s\) \['id'\] not in the output schema's columns "
+                             r"\['post_id', 'text'\]"):
+        declare(primary_key=["id"])
+
+
+def test_an_empty_primary_key_or_transform_key_list_is_refused():
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="the output primary key names no column"):
+        declare(primary_key=[])
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="the output transform key names no column"):
+        declare(transform_keys=[])
+
+
+@pytest.mark.parametrize(
+    ("schema", "refused"),
+    [
+        (StructType([StructField("post_id", LongType()), StructField("post_id", StringType())]),
+         r"duplicate column\(s\) \['post_id'\] in the schema \['post_id', 'post_id'\]"),
+        (StructType([StructField("post_id", LongType()), StructField("sys_from", LongType())]),
+         r"column\(s\) \['sys_from'\] are reserved for version metadata"),
+        (StructType([StructField("post_id", LongType()),
+                     StructField("tags", ArrayType(MapType(StringType(), StringType())))]),
+         r"column\(s\) \['tags'\] hold maps, which cannot be compared"),
+        ('{"type": "long"}', r"the schema is not a Spark StructType: \{\"type\": \"long\"\}"),
+    ],
+    ids=["duplicate-column", "reserved-column", "map-column", "not-a-struct"],
+)
+def test_a_schema_the_table_would_refuse_is_refused_at_declaration(schema, refused):
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match=refused):
+        declare(schema=schema)
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+        ({"commit_mode": "sometimes"}, r"commit_mode must be one of \('end', 'batch'\), got 'sometimes'"),
+        ({"change_detection": "v3"}, r"change_detection must be one of \('v2', 'v1'\), got 'v3'"),
+        ({"on_failed_keys": "ignore"}, r"on_failed_keys must be one of \('raise', 'warn'\), got 'ignore'"),
+    ],
+    ids=["batch-size", "commit-mode", "change-detection", "on-failed-keys"],
+)
+def test_an_engine_option_outside_its_values_is_refused_at_declaration(options, refused):
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match=refused):
+        declare(**options)
+
+
+def test_every_mistake_of_a_definition_is_named_in_one_error():
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as refused:
+        declare(transform_keys=["user_id"], primary_key=["id"], batch_size=0)
+    message = str(refused.value)
+    assert "batch_size must be" in message
+    assert "primary key column(s) ['id']" in message and "transform key column(s) ['user_id']" in message
+
+
+def test_a_multi_asset_output_missing_a_transform_key_is_refused_naming_the_transformation():
+    with pytest.raises(dg.DagsterInvalidDefinitionError,
+                       match=r"incremental asset 'moderated_posts': transform key column\(s\) \['post_id'\] "
+                             r"not in the output schema's columns \['id', 'text'\]"):
+        @incremental_multi_asset(
+            outs={"accepted": IncrementalOut(["post_id"], ENRICHED),
+                  "rejected": IncrementalOut(["id"], StructType([StructField("id", LongType()),
+                                                                 StructField("text", StringType())]))},
+            transform_keys=["post_id"])
+        def moderated_posts(posts):
+            return {"accepted": posts, "rejected": posts}
+
+
+def test_a_plain_asset_made_incremental_by_metadata_is_checked_the_same_way():
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match=r"transform key column\(s\) \['user_id'\]"):
+        incremental_metadata(transform_keys=["user_id"], primary_key=["post_id"], schema=ENRICHED)
+
+
+def test_the_error_names_the_asset_it_is_given():
+    with pytest.raises(dg.DagsterInvalidDefinitionError,
+                       match=r"incremental asset 'enriched_posts': primary key column\(s\) \['id'\]"):
+        IncrementalSpec(transform_keys=("post_id",), primary_key=("id",), schema_json=ENRICHED.json(),
+                        asset="enriched_posts")
+
+
+def test_a_valid_definition_is_declared():
+    assert declare().key == dg.AssetKey("enriched_posts")
