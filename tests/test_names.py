@@ -1,6 +1,7 @@
-"""Names are checked once, where tables, transformations and ingestion jobs are defined,
-with the same rule on SQLite and PostgreSQL: a bad name is refused with an error naming
-the rule (or the limit) and the value, before anything is registered or written.
+"""Names are checked where tables, transformations and ingestion jobs are defined, and
+again at the control plane's own entry points (the offsets), with one rule, the same on
+SQLite and PostgreSQL: a bad name is refused with an error naming the rule (or the
+limit) and the value, before anything is registered or written.
 
 Table names become catalog keys (String(255)) and folder names (255 bytes per path
 component); transformation ids also name their meta table `_meta__<id>`, so they are
