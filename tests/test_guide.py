@@ -100,7 +100,7 @@ def test_the_guides_story_recomputes_only_the_affected_keys_and_equals_a_recompu
         # Rows stamped in today's window whenever the test runs (past midnight too).
         create_source(url, at=today.replace(tzinfo=UTC).timestamp())
         assert ingest_new_orders(defs, instance) == ["id:0-6"]
-        ingest_customers(defs, instance, day)
+        assert ingest_customers(defs, instance, day)["rows_upserted"] == 4
         first = run_transformations(defs, instance)
         assert revenue_table(defs) == revenue_from_scratch(url) == {
             "DE": (2, 14_500), "FR": (3, 19_900), "IT": (1, 7_000)}
@@ -155,5 +155,6 @@ def test_the_guides_story_recomputes_only_the_affected_keys_and_equals_a_recompu
             for r in map(json.loads, jobs.output.splitlines())] == [("6", "8", "SUCCESS"), ("0", "6", "SUCCESS")]
     deltas = runner.invoke(cli, ["deltas", "revenue_by_country", "--json"])
     assert deltas.exit_code == 0, deltas.output
-    assert [(d["delta_num"], d["status"]) for d in map(json.loads, deltas.output.splitlines())] == [
-        (3, "committed"), (2, "committed"), (1, "committed")]
+    # One delta per run; the reset's changed no row (every country kept its values).
+    assert [(d["delta_num"], d["status"], d["rows_upserted"]) for d in map(json.loads, deltas.output.splitlines())] == [
+        (3, "committed", 0), (2, "committed", 3), (1, "committed", 3)]
