@@ -32,11 +32,12 @@ FILE_BLOCK = re.compile(r"^<!-- file: (\S+) -->\n```python\n(.*?)^```$", re.MULT
 
 
 def guide_files() -> dict[str, str]:
-    """Per file the guide shows, its blocks joined in the order the guide shows them."""
-    shown: dict[str, str] = defaultdict(str)
+    """Per file the guide shows, its blocks in the guide's order, joined by the two blank
+    lines that separate top-level definitions (where the guide cuts a file)."""
+    blocks: dict[str, list[str]] = defaultdict(list)
     for path, code in FILE_BLOCK.findall(GUIDE.read_text()):
-        shown[path] += code
-    return dict(shown)
+        blocks[path].append(code)
+    return {path: "\n\n".join(parts) for path, parts in blocks.items()}
 
 
 def test_the_guide_shows_every_file_of_the_example_exactly_as_it_is():
