@@ -199,4 +199,9 @@ def declared_columns(tid: str, table: str, schema: StructType, df: DataFrame) ->
             f"transformation {tid!r}: output {table!r} returned column(s) of the wrong type {wrong}; "
             "only conversions that lose no value are made"
         )
-    return df.select(*[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in schema.fields])
+    # Columns of the declared type are selected as they are: the plan stays the function's.
+    return df.select(*[
+        F.col(f"`{f.name}`") if df.schema[f.name].dataType == f.dataType
+        else F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
+        for f in schema.fields
+    ])
