@@ -12,7 +12,7 @@ export DAGSTER_HOME ?= $(CURDIR)
 # PostgreSQL server; the cluster and Connect tests share one worker (`--dist loadgroup`).
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
-# The quick tier (README, "Tests"): every test that needs no Spark, the Spark tests marked
+# The quick tier (docs/testing.md): every test that needs no Spark, the Spark tests marked
 # `quick` (one per guarantee) and the property test on a few histories; no PostgreSQL
 # server, no cluster, no Connect server, no SIGKILLed child.
 QUICK := (quick or not spark) and not (postgres or cluster or connect or sigkill)
@@ -62,7 +62,7 @@ bench-cluster: install check-java
 	BENCH_MASTER=standalone BENCH_PARTS=by_n BENCH_OUT=docs/bench/cluster $(BIN)/python -m bench.copy_workload
 
 lint: install
-	$(BIN)/ruff check offset_assets assets_defs tests bench
+	$(BIN)/ruff check offset_assets assets_defs tests bench examples scripts
 
 clean:
 	rm -rf $(VENV) state .dagster_home .logs_queue .nux .telemetry

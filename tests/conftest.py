@@ -1,7 +1,7 @@
 """Shared fixtures: one Spark session per test session (per xdist worker), a throwaway
 PostgreSQL server per worker, and a fresh control-plane database per test on each backend.
 
-The tiers (README, "Tests") are named by what a test needs, and these fixtures say it:
+The tiers (docs/testing.md) are named by what a test needs, and these fixtures say it:
 `pytest_collection_modifyitems` marks every test by the fixtures it uses, so a new test
 lands in its tier by what it asks for, not by a list of files.
 """

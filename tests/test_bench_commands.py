@@ -1,4 +1,4 @@
-"""Every benchmark command of the README can start: its module imports against the
+"""Every benchmark command of docs/benchmark.md can start: its module imports against the
 library as it is now (a moved or renamed name breaks `make bench` here, not weeks later
 when someone runs it) and has the entry point its `python -m` usage calls."""
 

@@ -43,7 +43,7 @@ def _error(row: JobRecord) -> str:
 
 
 def range_bound(log_driven_type: str | None, bound: str | None) -> str:
-    """Time-window bounds (stored as the seed's YYYYMMDDHHMMSS) as ISO 8601 UTC; ids and
+    """Time-window bounds (stored as job_log stores them, YYYYMMDDHHMMSS) as ISO 8601 UTC; ids and
     Kafka offsets as stored."""
     if bound is None:
         return "-"

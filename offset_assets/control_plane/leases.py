@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.heartbeat import HeartbeatThread
+from offset_assets.control_plane.names import validate_name
 from offset_assets.control_plane.schema import run_lease
 from offset_assets.errors import LeaseHeldError
 
@@ -57,6 +58,7 @@ class RunLeases:
         self.plane = plane
 
     def acquire(self, transformation_id: str, holder: str, ttl_s: float = DEFAULT_TTL_S) -> Lease:
+        validate_name(transformation_id, "transformation id")
         now = time.time()
         lease = Lease(transformation_id, holder, now + ttl_s)
         try:

@@ -13,8 +13,8 @@ from offset_assets.ranges.planners import RangeKind, parse_time
 
 
 def range_bound_text(kind: RangeKind | str, bound: Any) -> str | None:
-    """A range bound as a person reads it: time-window bounds (stored as the seed's
-    `YYYYMMDDHHMMSS`) as ISO 8601 UTC, ids and Kafka offsets as they are."""
+    """A range bound as a person reads it: time-window bounds (stored as job_log
+    stores them, `YYYYMMDDHHMMSS`) as ISO 8601 UTC, ids and Kafka offsets as they are."""
     if bound is None:
         return None
     if str(kind) == str(RangeKind.TIME_WINDOW):

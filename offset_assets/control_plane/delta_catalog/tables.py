@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog.records import TableSpec
+from offset_assets.control_plane.names import validate_name
 from offset_assets.control_plane.schema import versioned_table
 
 
@@ -25,6 +26,7 @@ class TableRegistry:
         The caller compares the stored spec with its own (primary key, schema): a
         concurrent first registration of the same table is not an error here.
         """
+        validate_name(name, "table name")
         existing = self.table_spec(name)
         if existing is not None:
             return existing
