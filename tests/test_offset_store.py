@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from offset_assets import OffsetStore
 from offset_assets.config import ENV_DB_URL
 from offset_assets.control_plane import ControlPlane, connect, database
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.leases import RunLeases
 from offset_assets.control_plane.names import NAME_MAX_LENGTH, InvalidNameError
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.errors import ControlPlaneUnavailableError, InvalidOffsetError
@@ -436,3 +438,21 @@ def test_offset_store_db_url_can_be_configured_at_launch(sqlite_url):
         run_config={"resources": {"offset_store": {"config": {"db_url": sqlite_url}}}},
     )
     assert result.output_for_node("reads_offset") == 5.0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda plane, name: RunLeases(plane).acquire(name, "holder"),
+        lambda plane, name: DeltaCatalog(plane).register_table(name, ["id"], "{}"),
+    ],
+    ids=["run-lease", "table-registration"],
+)
+@pytest.mark.parametrize("name", [LONG_ID, "t\n"], ids=["500-characters", "newline"])
+def test_the_other_control_plane_entry_points_refuse_a_name_outside_the_rule(db_url, call, name):
+    plane = connect(db_url)
+    with pytest.raises(InvalidNameError, match=r"refused: name (must be letters|is 500 characters long)"):
+        call(plane, name)
+    with plane.engine.connect() as conn:
+        assert conn.execute(sa.text("select count(*) from run_lease")).scalar() == 0
+        assert conn.execute(sa.text("select count(*) from versioned_table")).scalar() == 0
