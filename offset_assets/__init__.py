@@ -9,6 +9,10 @@ from __future__ import annotations
 from offset_assets.lazy_exports import lazy_getattr
 
 _EXPORTS = {
+    # errors a caller may catch
+    "OffsetAssetsError": "offset_assets.errors",
+    "InvalidOffsetError": "offset_assets.errors",
+    "InvalidNameError": "offset_assets.control_plane.names",
     # layer 1
     "ControlPlane": "offset_assets.control_plane.database",
     "OffsetRepository": "offset_assets.control_plane.offsets",

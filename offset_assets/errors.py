@@ -37,7 +37,7 @@ class SettingError(OffsetAssetsError, ValueError):
 
 
 class InvalidOffsetError(OffsetAssetsError, ValueError):
-    """An offset value is NaN, infinite or not a number; nothing was written."""
+    """An offset value is NaN, infinite, negative or not a number; nothing was written."""
 
 
 class JavaNotFoundError(OffsetAssetsError):

@@ -119,3 +119,11 @@ def test_the_error_names_the_asset_it_is_given():
 
 def test_a_valid_definition_is_declared():
     assert declare().key == dg.AssetKey("enriched_posts")
+
+
+def test_a_single_asset_missing_its_primary_key_is_refused_naming_the_asset():
+    with pytest.raises(dg.DagsterInvalidDefinitionError,
+                       match=r"incremental asset 'enriched_orders': primary key column\(s\) \['order_id'\]"):
+        @incremental_asset(transform_keys=["id"], primary_key=["order_id"], schema=ENRICHED)
+        def enriched_orders(posts):
+            return posts

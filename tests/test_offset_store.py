@@ -19,6 +19,7 @@ from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.leases import RunLeases
 from offset_assets.control_plane.names import NAME_MAX_LENGTH, InvalidNameError
 from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.errors import ControlPlaneUnavailableError, InvalidOffsetError
 
 
@@ -445,8 +446,9 @@ def test_offset_store_db_url_can_be_configured_at_launch(sqlite_url):
     [
         lambda plane, name: RunLeases(plane).acquire(name, "holder"),
         lambda plane, name: DeltaCatalog(plane).register_table(name, ["id"], "{}"),
+        lambda plane, name: ReprocessRequests(plane).request(name),
     ],
-    ids=["run-lease", "table-registration"],
+    ids=["run-lease", "table-registration", "reprocess-request"],
 )
 @pytest.mark.parametrize("name", [LONG_ID, "t\n"], ids=["500-characters", "newline"])
 def test_the_other_control_plane_entry_points_refuse_a_name_outside_the_rule(db_url, call, name):
@@ -456,3 +458,4 @@ def test_the_other_control_plane_entry_points_refuse_a_name_outside_the_rule(db_
     with plane.engine.connect() as conn:
         assert conn.execute(sa.text("select count(*) from run_lease")).scalar() == 0
         assert conn.execute(sa.text("select count(*) from versioned_table")).scalar() == 0
+        assert conn.execute(sa.text("select count(*) from transform_reprocess_request")).scalar() == 0

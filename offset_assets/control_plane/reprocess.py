@@ -22,6 +22,7 @@ from sqlalchemy import Connection, delete, select, update
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.names import validate_name
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.schema import transform_reprocess_request
 
@@ -50,6 +51,7 @@ class ReprocessRequests:
         offset of the transformation is deleted. A pending request is moved forward to R:
         keys processed since it was made (by a run that died half-way) are covered again,
         and every key the older request covered is older than R too."""
+        validate_name(transformation_id, "transformation id")
         with self.plane.within(conn) as c:
             requested_ts = DeltaCatalog.bump_clock(c)
             self.record(transformation_id, requested_ts, c)

@@ -141,7 +141,7 @@ def incremental_asset(
             schema_json=schema_json(schema), inputs=_upstream(fn, ins, join_keys),
             join_keys={p: dict(keys) for p, keys in (join_keys or {}).items()},
             batch_size=batch_size, commit_mode=commit_mode, change_detection=change_detection,
-            on_failed_keys=on_failed_keys,
+            on_failed_keys=on_failed_keys, asset=name or fn.__name__,
         )
         return dg.asset(
             name=name or fn.__name__,

@@ -66,6 +66,13 @@ def evaluate_ingestion_sensor(
     plane: ControlPlane,
     instance: dg.DagsterInstance,
 ) -> dg.SensorResult | dg.SkipReason:
+    """One tick of `build_ingestion_sensor`, callable without the daemon (a script, a
+    test, a first load): plans `job`'s due ranges from job_log and the source, asks for
+    the dynamic partitions `instance` lacks, and requests a run of the first range
+    (the retry of a failed one first: ranges run in order). A range RUNNING under a live
+    run is waited for. Apply the result's `dynamic_partitions_requests` with
+    `instance.add_dynamic_partitions` before launching its run request, or use
+    `plan_range_partitions` (`offset-assets ranges plan`), which does both."""
     log = JobLog(plane)
     pending = plan_ranges(job, log)
     if not pending:

@@ -81,7 +81,7 @@ class IncrementalInvocation:
             return replace(invocation, mode=InvocationMode.changelist)
         if detection == ChangeDetection.v2:
             idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
-                               asset.output_tables, context.run_id, asset.spec.commit_mode)
+                               asset.output_tables, context.run.run_id, asset.spec.commit_mode)
             if idle is not None:
                 return replace(invocation, mode=InvocationMode.idle, idle=idle)
         return invocation
@@ -98,7 +98,7 @@ class IncrementalInvocation:
         yield from run_events(self.context, report)
 
     def _run(self) -> RunResult:
-        tid, run_id = self.asset.transformation_id, self.context.run_id
+        tid, run_id = self.asset.transformation_id, self.context.run.run_id
         if self.mode == InvocationMode.idle:
             self.context.log.info(f"{tid}: nothing to do (no input commit beyond the offsets); "
                                   "no Spark session started")

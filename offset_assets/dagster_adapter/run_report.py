@@ -114,7 +114,8 @@ def _log_run(context: dg.OutputContext | dg.AssetExecutionContext, report: RunRe
     if reason is None:
         return
     context.log.warning(f"{report.asset.asset_key.to_user_string()}: {reason}: {_reprocess_text(result)}")
-    instance.add_run_tags(context.run_id, {f"{OFFSETS_RESET_TAG_PREFIX}{report.asset.transformation_id}": reason})
+    run_id = context.run.run_id if isinstance(context, dg.AssetExecutionContext) else context.run_id
+    instance.add_run_tags(run_id, {f"{OFFSETS_RESET_TAG_PREFIX}{report.asset.transformation_id}": reason})
 
 
 def _reprocess_text(result: RunResult) -> str:

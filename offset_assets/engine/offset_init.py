@@ -15,8 +15,8 @@ from offset_assets.engine.transformation import Transformation
 
 def initialize_offsets_from_transform_meta(engine: RunEngine, transformation: Transformation) -> dict[str, float]:
     """Per input, offset = the newest commit not after the oldest successful process_ts
-    (the seed's rule), capped by the oldest version that the meta shows as not yet
-    processed (found by the v1 comparison): the seed assumes meta written by full runs,
+    (the original offsets rule), capped by the oldest version that the meta shows as not
+    yet processed (found by the v1 comparison): that rule assumes meta written by full runs,
     and the cap keeps the rule safe when it was not (changelist runs, failures).
     Nothing when there is no meta or an input is empty; a larger existing offset is kept.
     """

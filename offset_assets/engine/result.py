@@ -30,6 +30,12 @@ KeySource = ChangeDetection | Literal["explicit", "reprocess_all"]
 
 @dataclass
 class RunResult:
+    """What one run of a transformation did: its mode, the keys it found, processed and
+    failed, the rows it read per input and wrote or deleted per output, the deltas it
+    committed, and each input's offset before and after (a ChangeList grown into a
+    report). Returned by `IncrementalEngine.run_full` and `run_changelist`; the Dagster
+    adapter turns it into materialization metadata."""
+
     transformation_id: str
     run_id: str
     mode: RunMode

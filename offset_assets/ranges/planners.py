@@ -11,7 +11,7 @@ after it are listed but run only after it succeeds (the runner stops at the firs
 failure and `check_order` refuses a later range).
 
 Bounds by type (stored as strings in job_log):
-- time window: [start, end), `YYYYMMDDHHMMSS` in UTC, as in the seed;
+- time window: [start, end), `YYYYMMDDHHMMSS` in UTC;
 - auto-increment id: (start, end], the last id ingested and the max id read;
 - Kafka: start and end are Spark-style JSON offsets {"topic": {"partition": offset}};
   the end is the next offset to read (last consumed + 1), so it is the next start;
@@ -156,7 +156,7 @@ def check_order(requested: DataRange, pending: Sequence[DataRange], job_name: st
 
 
 def format_time(moment: datetime) -> str:
-    """A UTC instant as the seed's `YYYYMMDDHHMMSS` (naive datetimes are taken as UTC)."""
+    """A UTC instant as job_log stores it, `YYYYMMDDHHMMSS` (naive datetimes are taken as UTC)."""
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment.strftime(TIME_FORMAT)
