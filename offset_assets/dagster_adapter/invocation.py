@@ -2,7 +2,9 @@
 read to the events, driven by the asset body.
 
     def body(context, config, incremental_engine):
-        invocation = IncrementalInvocation.start(context, config, incremental_engine, asset, fn)
+        asset = resolve_incremental(context.assets_def)
+        invocation = IncrementalInvocation.start(context, incremental_engine, asset, func,
+                                                 config.changelist, config.change_detection)
         yield from invocation.stream()
 
 `start` reads what the Dagster run asks (its tags, its run config) and decides the mode
