@@ -21,8 +21,8 @@ from bench.postgres_server import PostgresServer
 from offset_assets.control_plane import database
 
 # The ingestion tests' `source_url` fixture (a SQLite `customers` table); the Spark cluster and
-# Connect server fixtures (started only by the tests that ask for them).
-pytest_plugins = ["tests.customers_source", "tests.spark_cluster"]
+# Connect server fixtures (started only by the tests that ask for them); the Kafka broker.
+pytest_plugins = ["tests.customers_source", "tests.spark_cluster", "tests.kafka_broker"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -32,6 +32,7 @@ NEEDS = {
     "postgres_server": "postgres",
     "spark_cluster": "cluster",
     "connect_server": "connect",
+    "kafka_broker": "kafka",
 }
 # The property test is the exactness guarantee itself: the quick tier runs it with a few
 # histories (EXACTNESS_HISTORIES). Matched by name, shards named after it included, so
