@@ -209,3 +209,97 @@ def test_an_empty_successful_range_is_planned_again_once_data_arrives():
     (kafka,) = KafkaOffsetPlanner().plan([Row("{}", kafka_end), Row(kafka_end, kafka_end)],
                                          PlanInputs(latest_offsets={"t": {"0": 9}}))
     assert kafka.start == kafka_end and kafka.refresh
+
+
+# -- bounded ranges: a backlog becomes ranges in order -------------------------------
+
+
+def test_an_id_backlog_becomes_ranges_of_at_most_max_range_size_in_order():
+    planner = AutoIncrementIdPlanner(max_range_size=1000)
+    ranges = planner.plan([], PlanInputs(source_max_id=3500))
+    assert spans(ranges) == [("0", "1000"), ("1000", "2000"), ("2000", "3000"), ("3000", "3500")]
+    assert [(r.backlog.end, r.backlog.ranges) for r in ranges] == [
+        ("3500", 4), ("3500", 3), ("3500", 2), ("3500", 1)]
+    assert all(r.previous_status is None and not r.refresh for r in ranges)
+    with pytest.raises(RangeOrderError, match="waits for earlier range '0'"):
+        check_order(ranges[1], ranges, "orders")
+
+
+def test_the_default_id_range_holds_a_million_ids_and_none_keeps_one_unbounded_range():
+    (first, *_, last) = AutoIncrementIdPlanner().plan([], PlanInputs(source_max_id=2_500_000))
+    assert (first.start, first.end, last.start, last.end) == ("0", "1000000", "2000000", "2500000")
+    unbounded = AutoIncrementIdPlanner(max_range_size=None)
+    assert spans(unbounded.plan([], PlanInputs(source_max_id=2_500_000))) == [("0", "2500000")]
+
+
+def test_a_failed_range_in_the_middle_of_a_backlog_is_retried_first_and_later_ranges_wait():
+    history = [Row("0", "1000"), Row("1000", "2000"), Row("2000", "3000", status="FAILURE")]
+    ranges = AutoIncrementIdPlanner(max_range_size=1000).plan(history,
+                                                              PlanInputs(source_max_id=4200))
+    assert spans(ranges) == [("2000", "3000"), ("3000", "4000"), ("4000", "4200")]
+    assert [r.previous_status for r in ranges] == ["FAILURE", None, None]
+    with pytest.raises(RangeOrderError, match="waits for earlier range '2000' \\(FAILURE\\)"):
+        check_order(ranges[2], ranges, "orders")
+
+
+def test_job_log_rows_of_the_old_unbounded_planner_plan_on_in_bounded_ranges():
+    planner = AutoIncrementIdPlanner(max_range_size=1_000_000)
+    done = [Row("0", "5000000")]  # one range of 5M ids, written before ranges were bounded
+    assert spans(planner.plan(done, PlanInputs(source_max_id=7_500_000))) == [
+        ("5000000", "6000000"), ("6000000", "7000000"), ("7000000", "7500000")]
+    # A failed unbounded range is retried from its start with the current bound.
+    failed = [Row("0", None, status="FAILURE")]
+    ranges = planner.plan(failed, PlanInputs(source_max_id=2_000_000))
+    assert spans(ranges) == [("0", "1000000"), ("1000000", "2000000")]
+    assert ranges[0].previous_status == "FAILURE"
+
+
+def test_an_id_range_ingested_ahead_of_the_pointer_is_skipped_whole():
+    history = [Row("0", "1000"), Row("2000", "2500")]  # (2000, 2500] refreshed ahead
+    planner = AutoIncrementIdPlanner(max_range_size=1000)
+    assert spans(planner.plan(history, PlanInputs(source_max_id=4000))) == [
+        ("1000", "2000"), ("2500", "3500"), ("3500", "4000")]
+
+
+def test_one_plan_lists_at_most_max_ranges_per_plan_and_the_next_plan_goes_on():
+    planner = AutoIncrementIdPlanner(max_range_size=10, max_ranges_per_plan=3)
+    ranges = planner.plan([], PlanInputs(source_max_id=1000))
+    assert spans(ranges) == [("0", "10"), ("10", "20"), ("20", "30")]
+    assert ranges[0].backlog.ranges == 100  # the whole backlog, not only this plan
+    history = [Row(r.start, r.end) for r in ranges]
+    assert spans(planner.plan(history, PlanInputs(source_max_id=1000))) == [
+        ("30", "40"), ("40", "50"), ("50", "60")]
+
+
+def test_a_three_year_catch_up_of_hourly_windows_is_planned_a_thousand_windows_at_a_time():
+    hourly = TimeWindowPlanner(datetime(2022, 1, 1), timedelta(hours=1))
+    now = PlanInputs(now=datetime(2025, 1, 1))
+    ranges = hourly.plan([], now)
+    assert len(ranges) == 1000
+    assert (ranges[0].start, ranges[-1].end) == ("20220101000000", "20220211160000")
+    assert (ranges[0].backlog.end, ranges[0].backlog.ranges) == ("20250101000000", 26304)
+    history = [Row(r.start, r.end) for r in ranges]
+    assert hourly.plan(history, now)[0].start == "20220211160000"
+    unbounded = TimeWindowPlanner(datetime(2022, 1, 1), timedelta(hours=1),
+                                  max_windows_per_plan=None)
+    assert len(unbounded.plan([], now)) == 26304
+
+
+def test_bounds_of_a_planner_must_be_positive_integers():
+    with pytest.raises(PlanningError, match="AutoIncrementIdPlanner: max_range_size .* got 0"):
+        AutoIncrementIdPlanner(max_range_size=0)
+    with pytest.raises(PlanningError, match="max_ranges_per_plan .* got 2.5"):
+        AutoIncrementIdPlanner(max_ranges_per_plan=2.5)
+    with pytest.raises(PlanningError, match="TimeWindowPlanner: max_windows_per_plan .* got -1"):
+        TimeWindowPlanner(datetime(2022, 1, 1), DAY, max_windows_per_plan=-1)
+    with pytest.raises(PlanningError, match="KafkaOffsetPlanner: max_offsets_per_partition"):
+        KafkaOffsetPlanner(max_offsets_per_partition=0)
+
+
+def test_a_kafka_range_carries_the_planners_cap_per_partition_also_when_retried():
+    planner = KafkaOffsetPlanner(max_offsets_per_partition=500)
+    (first,) = planner.plan([], PlanInputs())
+    assert (first.start, first.end, first.max_size) == ("{}", None, 500)
+    (retry,) = planner.plan([Row("{}", None, status="FAILURE")], PlanInputs())
+    assert (retry.max_size, retry.previous_status) == (500, "FAILURE")
+    assert KafkaOffsetPlanner().plan([], PlanInputs())[0].max_size is None

@@ -167,7 +167,9 @@ class RangeIngestion:
     def run_pending(
         self, now: datetime | None = None, run_id: str | None = None
     ) -> list[RangeResult]:
-        """Run every due range in order; the first failure stops the run (and is raised)."""
+        """Run the due ranges in order (one plan's worth: a planner lists at most its
+        `max_ranges_per_plan`); the first failure stops the run (and is raised), and the
+        next run retries that range first."""
         results = []
         for data_range in self.plan(now):
             results.append(self.run_range(data_range, run_id=run_id, now=now))
@@ -193,15 +195,20 @@ class RangeIngestion:
         if window_open:
             data_range = replace(data_range, refresh=True)
         pending = [] if data_range.refresh else self.plan(now)
-        if pending and pending[0].start == data_range.start and pending[0].refresh:
-            data_range = replace(data_range, refresh=True)  # due again: an empty or upstream re-run
+        planned = pending[0] if pending and pending[0].start == data_range.start else None
+        if planned is not None:
+            data_range = _as_planned(data_range, planned)
+        if data_range.max_size is None:
+            data_range = replace(data_range, max_size=getattr(self.job.planner,
+                                                              "max_offsets_per_partition", None))
         claim = claim_range(
             self.log, self.job.name, data_range, pending, run_id=run_id,
             policy=self.job.claim_policy, workflow_name=self.job.workflow_name,
             period=getattr(self.job.planner, "period_minutes", None),
             load_type=self.job.load_type,
             runtime_args={**(runtime_args or {}), "refresh": data_range.refresh,
-                          **({"open_window": True} if window_open else {})},
+                          **({"open_window": True} if window_open else {}),
+                          **_backlog_args(planned)},
         )
         steps = _Steps(self._clock, self.job.source.source_type)
         hot: HotDelta | None = None
@@ -284,6 +291,26 @@ class RangeIngestion:
             if self.log.mark_failure(claim.job_id, error, conn=conn, run_id=claim.run_id):
                 for step in steps.failed(error):
                     self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
+
+
+def _as_planned(requested: DataRange, planned: DataRange) -> DataRange:
+    """The requested range, run as the planner planned the range at its start: due again
+    (an empty or upstream re-run) is a refresh; an end left to the run (`id:100-`, an old
+    partition key) is the planned end, so it stays within the planner's bound."""
+    if planned.refresh:
+        requested = replace(requested, refresh=True)
+    if requested.end is None:
+        requested = replace(requested, end=planned.end)
+    if requested.max_size is None:
+        requested = replace(requested, max_size=planned.max_size)
+    return requested
+
+
+def _backlog_args(planned: DataRange | None) -> dict[str, Any]:
+    """The backlog the range belongs to, recorded in job_log's runtime_args for progress."""
+    if planned is None or planned.backlog is None:
+        return {}
+    return {"backlog_end": planned.backlog.end, "backlog_ranges": planned.backlog.ranges}
 
 
 def is_open_window(data_range: DataRange, now: datetime) -> bool:

@@ -5,6 +5,13 @@ the pointer is where the contiguous chain of successful ranges, walked from
 `default_start`, ends. A successful range beyond a gap (an explicit refresh of a later
 range) does not move the pointer; when the gap is filled the chain walks through it.
 
+Bounded ranges: a backlog (the first load of a large table, a long catch-up) becomes
+several ranges in order, each its own job_log row, Dagster partition and commit, so a
+crash in the middle resumes at the first unfinished range instead of starting over.
+Id ranges hold at most `max_range_size` ids; a plan lists at most `max_ranges_per_plan`
+ranges (`max_windows_per_plan` for windows), the rest being planned once they are done;
+a Kafka range reads at most `max_offsets_per_partition` offsets of each partition.
+
 Ordering: ranges are returned in the order they must run. A range whose last attempt
 failed (or whose holder may have died) comes first, marked by `previous_status`; ranges
 after it are listed but run only after it succeeds (the runner stops at the first
@@ -32,6 +39,11 @@ from offset_assets.ranges.errors import PlanningError, RangeOrderError
 
 TIME_FORMAT = "%Y%m%d%H%M%S"
 SUCCESS, FAILURE, RUNNING = "SUCCESS", "FAILURE", "RUNNING"
+# A first load of 100M rows becomes 100 ranges: each fits one driver and one commit.
+DEFAULT_MAX_RANGE_SIZE = 1_000_000
+# A 3-year catch-up of hourly windows is 26,000 ranges: planned 1,000 at a time, so a
+# plan (done again before every range runs) and a sensor tick stay small.
+DEFAULT_MAX_RANGES_PER_PLAN = 1_000
 
 
 class RangeKind(StrEnum):
@@ -54,14 +66,32 @@ class LoggedRange(Protocol):
 
 
 @dataclass(frozen=True)
+class Backlog:
+    """What was due when a range was planned: where the backlog ends (the source's max id,
+    the end of the last closed window) and how many ranges of the planner's size lie from
+    this range's start to that end, this one included. Recorded with the range's claim,
+    so `offset-assets jobs` can show a backlog's progress from job_log alone."""
+
+    end: str
+    ranges: int
+
+
+@dataclass(frozen=True)
 class DataRange:
-    """One range to ingest. `end` None: decided when the range runs (max id, Kafka)."""
+    """One range to ingest. `end` None: decided when the range runs (max id, Kafka).
+
+    `max_size` caps a range whose end is decided when it runs: at most that many offsets
+    of each Kafka partition (None: up to the high watermark). `backlog` is information
+    for progress reports, not part of the range's identity.
+    """
 
     kind: RangeKind
     start: str
     end: str | None
     previous_status: str | None = None  # status of the job_log row this range would re-run
     refresh: bool = False
+    max_size: int | None = None
+    backlog: Backlog | None = field(default=None, compare=False)
 
     @property
     def is_retry(self) -> bool:
@@ -108,11 +138,16 @@ def committed_pointer(
     return pointer
 
 
-def _pending(candidates: Iterable[DataRange], history: Iterable[LoggedRange]) -> list[DataRange]:
-    """Candidates not yet successful, each marked with the status of its existing row."""
+def _pending(
+    candidates: Iterable[DataRange], history: Iterable[LoggedRange], limit: int | None = None
+) -> list[DataRange]:
+    """Candidates not yet successful, each marked with the status of its existing row;
+    the first `limit` of them (candidates may be generated lazily, a long catch-up)."""
     by_start = {r.data_range_start: r for r in history}
-    pending = []
+    pending: list[DataRange] = []
     for candidate in candidates:
+        if limit is not None and len(pending) >= limit:
+            break
         row = by_start.get(candidate.start)
         if row is not None and row.status == SUCCESS:
             if row.data_range_end != row.data_range_start:
@@ -128,7 +163,8 @@ def check_order(requested: DataRange, pending: Sequence[DataRange], job_name: st
     """Refuse a non-refresh range that is not the next one to run.
 
     A range later in `pending` waits for the first; a range not in `pending` at all is
-    either done or not aligned with the planner, and must be run as a refresh.
+    done, not aligned with the planner, or beyond what one plan lists (a long backlog):
+    it waits, or is run as a refresh.
     """
     if requested.refresh:
         return
@@ -148,7 +184,8 @@ def check_order(requested: DataRange, pending: Sequence[DataRange], job_name: st
         )
     raise RangeOrderError(
         f"job {job_name!r}: range {requested.start!r} is not the next range "
-        f"(next is {first.start!r}); run it as a refresh to re-ingest it"
+        f"(next is {first.start!r}) among the {len(pending)} planned; ranges run in order, "
+        "and one already ingested is re-run: run it as a refresh to re-ingest it"
     )
 
 
@@ -173,17 +210,31 @@ def _naive_utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
+def _check_positive(planner: object, option: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise PlanningError(
+            f"{type(planner).__name__}: {option} must be a positive integer or None, got {value!r}"
+        )
+
+
 @dataclass(frozen=True)
 class TimeWindowPlanner:
-    """Catch-up of floor((now - start) / period) windows of `period` from the pointer."""
+    """Catch-up of floor((now - start) / period) windows of `period` from the pointer.
+
+    A window is bounded by its period already; `max_windows_per_plan` (default 1,000;
+    None: every closed window) bounds a catch-up instead: a plan lists the first windows
+    due, and the next ones are planned as those are done.
+    """
 
     default_start: datetime
     period: timedelta
+    max_windows_per_plan: int | None = DEFAULT_MAX_RANGES_PER_PLAN
     kind: RangeKind = field(default=RangeKind.TIME_WINDOW, init=False)
 
     def __post_init__(self) -> None:
         if self.period <= timedelta(0):
             raise PlanningError(f"time-window period must be positive, got {self.period}")
+        _check_positive(self, "max_windows_per_plan", self.max_windows_per_plan)
 
     @property
     def period_minutes(self) -> int:
@@ -197,12 +248,14 @@ class TimeWindowPlanner:
             raise PlanningError("time-window planning needs the current time")
         start = parse_time(self.pointer(history))
         count = max(0, math.floor((_naive_utc(inputs.now) - start) / self.period))
+        backlog_end = format_time(start + count * self.period)
         windows = (
             DataRange(self.kind, format_time(start + i * self.period),
-                      format_time(start + (i + 1) * self.period))
+                      format_time(start + (i + 1) * self.period),
+                      backlog=Backlog(backlog_end, count - i))
             for i in range(count)
         )
-        return _pending(windows, history)
+        return _pending(windows, history, self.max_windows_per_plan)
 
 
 # -- auto-increment id ---------------------------------------------------------------
@@ -210,19 +263,52 @@ class TimeWindowPlanner:
 
 @dataclass(frozen=True)
 class AutoIncrementIdPlanner:
-    """One range (pointer, max id]: everything the source holds beyond the last range."""
+    """Everything the source holds beyond the last range, (pointer, max id], as ranges of
+    at most `max_range_size` ids: (p, p+S], (p+S, p+2S], ..., (.., max id], in order.
+
+    `max_range_size` (default 1,000,000; None: one range to the max id) bounds what one
+    range reads, writes and commits, so the first load of a large table is many ranges
+    and a crash loses only the range it was in. `max_ranges_per_plan` (default 1,000;
+    None: all) bounds how many of them one plan lists. A range ingested ahead of the
+    pointer (a refresh) is skipped whole; the backlog continues at its end. Ranges of an
+    older size (or unbounded ones) in job_log plan on as they are: the pointer is their
+    end, and a failed one is retried from its start with the current bound.
+    """
 
     default_start: int = 0
+    max_range_size: int | None = DEFAULT_MAX_RANGE_SIZE
+    max_ranges_per_plan: int | None = DEFAULT_MAX_RANGES_PER_PLAN
     kind: RangeKind = field(default=RangeKind.AUTO_INC_ID, init=False)
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "max_range_size", self.max_range_size)
+        _check_positive(self, "max_ranges_per_plan", self.max_ranges_per_plan)
 
     def pointer(self, history: Iterable[LoggedRange]) -> str:
         return committed_pointer(history, str(self.default_start), int)
 
     def plan(self, history: Sequence[LoggedRange], inputs: PlanInputs) -> list[DataRange]:
-        start = self.pointer(history)
-        if inputs.source_max_id is None or inputs.source_max_id <= int(start):
+        max_id = inputs.source_max_id
+        pointer = int(self.pointer(history))
+        if max_id is None or max_id <= pointer:
             return []
-        return _pending([DataRange(self.kind, start, str(inputs.source_max_id))], history)
+        return _pending(self._ranges(pointer, max_id, history), history, self.max_ranges_per_plan)
+
+    def _ranges(self, start: int, max_id: int, history: Sequence[LoggedRange]) -> Iterable[DataRange]:
+        ahead = {int(r.data_range_start): int(r.data_range_end) for r in history
+                 if r.status == SUCCESS and r.data_range_end is not None
+                 and int(r.data_range_end) > int(r.data_range_start)}
+        while start < max_id:
+            if start in ahead:  # ingested ahead of the pointer: continue at its end
+                start = ahead[start]
+                continue
+            end = max_id if self.max_range_size is None else min(start + self.max_range_size, max_id)
+            yield DataRange(self.kind, str(start), str(end),
+                            backlog=Backlog(str(max_id), self._ranges_between(start, max_id)))
+            start = end
+
+    def _ranges_between(self, start: int, end: int) -> int:
+        return 1 if self.max_range_size is None else -(-(end - start) // self.max_range_size)
 
 
 # -- Kafka offsets -------------------------------------------------------------------
@@ -281,10 +367,20 @@ def kafka_has_new_messages(
 
 @dataclass(frozen=True)
 class KafkaOffsetPlanner:
-    """One range from the committed offsets (else earliest) to whatever the run consumes."""
+    """One range from the committed offsets (else earliest) to whatever the run consumes.
+
+    The end is decided when the range runs (last consumed + 1), so the next range can only
+    be planned once this one is done. `max_offsets_per_partition` (None: up to the high
+    watermark) caps what the run reads of each partition, carried as the range's
+    `max_size`: a backlog of a topic becomes several ranges, one after the other.
+    """
 
     default_start: str = EARLIEST
+    max_offsets_per_partition: int | None = None
     kind: RangeKind = field(default=RangeKind.KAFKA_OFFSET, init=False)
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "max_offsets_per_partition", self.max_offsets_per_partition)
 
     def pointer(self, history: Iterable[LoggedRange]) -> str:
         default = kafka_offsets_json(parse_kafka_offsets(self.default_start))
@@ -296,7 +392,8 @@ class KafkaOffsetPlanner:
             parse_kafka_offsets(start), inputs.latest_offsets
         ):
             return []
-        return _pending([DataRange(self.kind, start, None)], history)
+        return _pending([DataRange(self.kind, start, None, max_size=self.max_offsets_per_partition)],
+                        history)
 
 
 # -- upstream ------------------------------------------------------------------------
