@@ -1,0 +1,149 @@
+"""A backlog of id ranges: ingested range by range in order, each committed once; a crash
+in the middle resumes at the first unfinished range (real SQLite source, real Spark)."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.ranges.claims import ClaimPolicy
+from offset_assets.ranges.errors import IngestionError
+from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
+from offset_assets.ranges.planners import AutoIncrementIdPlanner, DataRange, RangeKind
+from offset_assets.ranges.sources import SourceBatch
+from offset_assets.versioned.table import VersionedTable
+from tests.customers_source import CUSTOMERS
+
+RANGE_SIZE = 3
+
+
+class ReadHook:
+    """The `customers` table read by id range through SQLAlchemy (as an id source reads it),
+    calling `before_read(data_range)` first."""
+
+    source_type = "sql"
+
+    def __init__(self, source_url, before_read):
+        self.url, self.before_read = source_url, before_read
+
+    def max_id(self):
+        return max((row[0] for row in source_rows(self.url)), default=None)
+
+    def read_range(self, spark, data_range):
+        self.before_read(data_range)
+        start, end = int(data_range.start), int(data_range.end)
+        rows = [row for row in source_rows(self.url) if start < row[0] <= end]
+        return SourceBatch(spark.createDataFrame(rows, CUSTOMERS), data_range.end, len(rows))
+
+
+def backlog_job(source_url, source, **kwargs) -> IngestionJob:
+    return IngestionJob("raw_customers", source,
+                        AutoIncrementIdPlanner(max_range_size=RANGE_SIZE),
+                        TargetTable("raw_customers", ["id"], CUSTOMERS), **kwargs)
+
+
+def add_customers(url, count):
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for _ in range(count):
+            conn.execute(sa.text("INSERT INTO customers (name, city) VALUES ('c', 'Oslo')"))
+        conn.execute(sa.text("UPDATE customers SET name = 'c' || id"))
+    engine.dispose()
+
+
+def source_rows(url):
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        rows = sorted(tuple(r) for r in conn.execute(sa.text("SELECT id, name, city FROM customers")))
+    engine.dispose()
+    return rows
+
+
+def target(spark, plane, warehouse):
+    table = VersionedTable(spark, plane, "raw_customers", ["id"], CUSTOMERS, warehouse=warehouse)
+    rows = sorted(tuple(r) for r in table.read_actual().select("id", "name", "city").collect())
+    return rows, table.last_committed().delta_num
+
+
+def ranges_logged(plane):
+    return [(r.data_range_start, r.data_range_end, r.status, r.attempt)
+            for r in JobLog(plane).history("raw_customers")]
+
+
+def test_a_backlog_is_ingested_in_ranges_and_a_failed_range_is_resumed_first(
+        sqlite_url, spark, warehouse, source_url):
+    plane = connect(sqlite_url)
+    add_customers(source_url, 10)
+    reads = []
+
+    def fail_range_6_once(data_range):
+        reads.append(data_range.start)
+        if data_range.start == "6" and reads.count("6") == 1:
+            raise ConnectionError("source went away at id 6")
+
+    ingestion = RangeIngestion(spark, plane, backlog_job(source_url,
+                                                         ReadHook(source_url, fail_range_6_once)),
+                               warehouse)
+    assert [(r.start, r.end) for r in ingestion.plan()] == [
+        ("0", "3"), ("3", "6"), ("6", "9"), ("9", "10")]
+    with pytest.raises(IngestionError, match="range '6'..'9' failed .*source went away at id 6"):
+        ingestion.run_pending(run_id="run-1")
+    assert ranges_logged(plane) == [("0", "3", "SUCCESS", 1), ("3", "6", "SUCCESS", 1),
+                                    ("6", "9", "FAILURE", 1)]
+    assert target(spark, plane, warehouse) == (source_rows(source_url)[:6], 2)
+
+    add_customers(source_url, 2)  # the source grows meanwhile: ids 11, 12
+    due = ingestion.plan()
+    assert [(r.start, r.end, r.previous_status) for r in due] == [
+        ("6", "9", "FAILURE"), ("9", "12", None)]
+    results = ingestion.run_pending(run_id="run-2")
+    assert [(r.data_range.start, r.attempt, r.rows_upserted) for r in results] == [
+        ("6", 2, 3), ("9", 1, 3)]
+    assert reads == ["0", "3", "6", "6", "9"]  # ranges 1..k-1 were not read again
+    assert ranges_logged(plane) == [("0", "3", "SUCCESS", 1), ("3", "6", "SUCCESS", 1),
+                                    ("6", "9", "SUCCESS", 2), ("9", "12", "SUCCESS", 1)]
+    assert target(spark, plane, warehouse) == (source_rows(source_url), 4)  # one delta per range
+    assert ingestion.plan() == []
+
+
+def test_a_run_killed_in_the_middle_of_a_backlog_is_resumed_at_the_first_unfinished_range(
+        sqlite_url, spark, warehouse, source_url):
+    plane = connect(sqlite_url)
+    add_customers(source_url, 11)
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.backlog_crash_runner", sqlite_url, warehouse, source_url, "6"],
+        capture_output=True, text=True, timeout=600)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    assert ranges_logged(plane) == [("0", "3", "SUCCESS", 1), ("3", "6", "SUCCESS", 1),
+                                    ("6", "9", "RUNNING", 1)]
+
+    reads = []
+    dead = ClaimPolicy(is_run_dead=lambda run_id: run_id == "child-run")  # as Dagster reports it
+    job = backlog_job(source_url, ReadHook(source_url, lambda r: reads.append(r.start)),
+                      claim_policy=dead)
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+    results = ingestion.run_pending(run_id="retry")
+    assert [(r.data_range.start, r.data_range.end, r.took_over_run_id) for r in results] == [
+        ("6", "9", "child-run"), ("9", "11", None)]
+    assert reads == ["6", "9"]
+    assert ranges_logged(plane) == [("0", "3", "SUCCESS", 1), ("3", "6", "SUCCESS", 1),
+                                    ("6", "9", "SUCCESS", 2), ("9", "11", "SUCCESS", 1)]
+    assert target(spark, plane, warehouse) == (source_rows(source_url), 4)
+
+
+def test_a_run_records_its_backlog_and_an_open_ended_range_takes_the_planned_bound(
+        sqlite_url, spark, warehouse, source_url):
+    plane = connect(sqlite_url)
+    add_customers(source_url, 7)
+    job = backlog_job(source_url, ReadHook(source_url, lambda data_range: None))
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+    # `id:0-` (an end left to the run) is the next range: it runs as planned, (0, 3].
+    result = ingestion.run_range(DataRange(RangeKind.AUTO_INC_ID, "0", None), run_id="run-1")
+    assert (result.data_range.end, result.rows_read) == ("3", 3)
+    row = JobLog(plane).get_range("raw_customers", "0")
+    assert row.data_range_end == "3"
+    assert row.runtime_args_dict == {"backlog_end": "7", "backlog_ranges": 3, "refresh": False}
