@@ -5,11 +5,15 @@ import signal
 import subprocess
 import sys
 
+import dagster as dg
 import pytest
 import sqlalchemy as sa
 
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
+from offset_assets.dagster_adapter import OffsetStore
+from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
+from offset_assets.dagster_adapter.ingestion_sensor import evaluate_ingestion_sensor
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
@@ -17,6 +21,7 @@ from offset_assets.ranges.planners import AutoIncrementIdPlanner, DataRange, Ran
 from offset_assets.ranges.sources import SourceBatch
 from offset_assets.versioned.table import VersionedTable
 from tests.customers_source import CUSTOMERS
+from tests.dagster_resources import engine_resources
 
 RANGE_SIZE = 3
 
@@ -147,3 +152,49 @@ def test_a_run_records_its_backlog_and_an_open_ended_range_takes_the_planned_bou
     row = JobLog(plane).get_range("raw_customers", "0")
     assert row.data_range_end == "3"
     assert row.runtime_args_dict == {"backlog_end": "7", "backlog_ranges": 3, "refresh": False}
+
+
+def test_the_sensor_adds_a_partition_per_range_of_the_backlog_and_runs_them_in_order(
+        sqlite_url, spark, warehouse, source_url):
+    plane = connect(sqlite_url)
+    resources = engine_resources(OffsetStore(db_url=sqlite_url), warehouse)
+    add_customers(source_url, 7)
+    failures = {"3": 1}
+
+    def fail_range_3_once(data_range):
+        if failures.get(data_range.start):
+            failures[data_range.start] -= 1
+            raise ConnectionError("source went away at id 3")
+
+    job = backlog_job(source_url, ReadHook(source_url, fail_range_3_once))
+    asset = ingestion_asset(job)
+    with dg.instance_for_test() as instance:
+
+        def tick():
+            result = evaluate_ingestion_sensor(job, asset.partitions_def, plane, instance)
+            added = [key for request in result.dynamic_partitions_requests
+                     for key in request.partition_keys]
+            instance.add_dynamic_partitions("raw_customers_ranges", added)
+            return added, [(r.partition_key, r.run_key.split("@")[0]) for r in result.run_requests]
+
+        def materialize(key):
+            return dg.materialize([asset], partition_key=key, resources=resources,
+                                  instance=instance, raise_on_error=False)
+
+        assert tick() == (["id:0-3", "id:3-6", "id:6-7"], [("id:0-3", "id:0-3#1")])
+        early = materialize("id:3-6")
+        assert not early.success
+        assert "waits for earlier range '0'" in (
+            early.get_step_failure_events()[0].step_failure_data.error.message)
+        assert materialize("id:0-3").success
+        assert tick() == ([], [("id:3-6", "id:3-6#1")])
+        assert not materialize("id:3-6").success  # the source fails: range 3 is retried first
+        assert tick() == ([], [("id:3-6", "id:3-6#2")])
+        assert materialize("id:3-6").success
+        assert tick() == ([], [("id:6-7", "id:6-7#1")])
+        assert materialize("id:6-7").success
+        assert isinstance(evaluate_ingestion_sensor(job, asset.partitions_def, plane, instance),
+                          dg.SkipReason)
+    assert ranges_logged(plane) == [("0", "3", "SUCCESS", 1), ("3", "6", "SUCCESS", 2),
+                                    ("6", "7", "SUCCESS", 1)]
+    assert target(spark, plane, warehouse) == (source_rows(source_url), 3)
