@@ -7,11 +7,9 @@ reached (written back to job_log). Bounds follow the planners: time windows are
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -23,6 +21,14 @@ from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, parse_time
+from offset_assets.ranges.sql_slices import (
+    RangeKind,
+    SlicedRead,
+    session_parallelism,
+    slice_bounds,
+    slice_count,
+    source_engine,
+)
 from offset_assets.versioned.layout import WarehouseFiles
 
 
@@ -42,24 +48,6 @@ class RangeSource(Protocol):
 
 
 # -- SQL table -----------------------------------------------------------------------
-
-_engines: dict[str, sa.Engine] = {}
-_engines_lock = threading.Lock()
-
-
-def _source_engine(url: str) -> sa.Engine:
-    with _engines_lock:
-        engine = _engines.get(url)
-        if engine is None:
-            try:
-                parsed = sa.engine.make_url(url)
-                if parsed.drivername in ("postgresql", "postgres"):
-                    parsed = parsed.set(drivername="postgresql+psycopg2")
-                engine = sa.create_engine(parsed, pool_pre_ping=True)
-            except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
-                raise SourceError(f"bad source URL {mask_url(url)!r}: {exc}") from None
-            _engines[url] = engine
-        return engine
 
 
 def spark_type_for(sql_type: sa.types.TypeEngine) -> T.DataType:
@@ -82,29 +70,19 @@ def spark_type_for(sql_type: sa.types.TypeEngine) -> T.DataType:
     return T.StringType()
 
 
-def _to_spark_value(value: Any, spark_type: T.DataType) -> Any:
-    if value is None:
-        return None
-    if isinstance(spark_type, T.TimestampType) and isinstance(value, datetime):
-        # Naive database timestamps are UTC; PySpark would read a naive one as local time.
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(spark_type, T.DoubleType):
-        return float(value)
-    if isinstance(spark_type, T.LongType):
-        return int(value)
-    if isinstance(spark_type, T.DecimalType) and not isinstance(value, Decimal):
-        return Decimal(str(value))
-    return value
-
-
 @dataclass(frozen=True)
 class SqlTableSource:
     """A table read through SQLAlchemy (SQLite, PostgreSQL, ...), by time column or id.
 
     Exactly one of `time_column` (a DATETIME/DATE column, or epoch seconds as a number)
-    and `id_column` (an auto-increment integer) selects the range's rows. Rows are
-    streamed from the database in `fetch_size` batches into the driver and handed to
-    Spark: meant for ranges that fit the driver, which is what log-driven ranges are for.
+    and `id_column` (an auto-increment integer) selects the range's rows. The driver
+    reflects the table, fixes the range's bounds and counts its rows; Spark's executors
+    read it in slices (`sql_slices`), each task its own sub-range over its own
+    connection, `fetch_size` rows at a time. `slices` fixes the slice count; by default
+    it is one per `rows_per_slice` rows, and at least one per core of the session for a
+    range large enough. A SQLite file must be reachable at the same path by the
+    executors (local sessions, a cluster on this machine); a remote cluster needs a
+    network database.
     """
 
     url: str
@@ -114,6 +92,8 @@ class SqlTableSource:
     columns: Sequence[str] | None = None
     db_schema: str | None = None
     fetch_size: int = 10_000
+    rows_per_slice: int = 200_000
+    slices: int | None = None
     source_type: str = field(default="sql", init=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +101,10 @@ class SqlTableSource:
             raise SourceError(
                 f"SQL source {self.table!r}: give exactly one of time_column and id_column"
             )
+        for name in ("fetch_size", "rows_per_slice", "slices"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise SourceError(f"SQL source {self.table!r}: {name} must be at least 1, got {value}")
 
     @property
     def _where(self) -> str:
@@ -129,7 +113,7 @@ class SqlTableSource:
     def _reflect(self) -> sa.Table:
         try:
             return sa.Table(self.table, sa.MetaData(), schema=self.db_schema,
-                            autoload_with=_source_engine(self.url))
+                            autoload_with=source_engine(self.url))
         except NoSuchTableError:
             raise SourceError(f"{self._where}: no such table") from None
         except SQLAlchemyError as exc:
@@ -149,7 +133,7 @@ class SqlTableSource:
         table = self._reflect()
         column = self._column(table, self.id_column)
         try:
-            with _source_engine(self.url).connect() as conn:
+            with source_engine(self.url).connect() as conn:
                 value = conn.execute(sa.select(sa.func.max(column))).scalar()
         except SQLAlchemyError as exc:
             raise SourceError(f"{self._where}: {str(exc).splitlines()[0]}") from None
@@ -166,14 +150,14 @@ class SqlTableSource:
             "expected a DATETIME/DATE or epoch seconds"
         )
 
-    def _range_filter(self, table: sa.Table, data_range: DataRange) -> tuple[Any, str | None]:
+    def _range_bounds(self, table: sa.Table, data_range: DataRange) -> tuple[sa.Column, RangeKind, Any, Any, str]:
+        """The range's column, kind and bounds in the column's terms, and its end as logged."""
         if self.time_column is not None:
             column = self._column(table, self.time_column)
             if data_range.end is None:
                 raise SourceError(f"{self._where}: time range {data_range.start!r} has no end")
-            condition = sa.and_(column >= self._time_bound(column, data_range.start),
-                                column < self._time_bound(column, data_range.end))
-            return condition, data_range.end
+            return (column, "time", self._time_bound(column, data_range.start),
+                    self._time_bound(column, data_range.end), data_range.end)
         column = self._column(table, self.id_column or "")
         try:
             start_id = int(data_range.start)
@@ -184,27 +168,30 @@ class SqlTableSource:
             ) from None
         if end_id is None:  # the max id read at run time, written back as the range end
             end_id = max(self.max_id() or start_id, start_id)
-        return sa.and_(column > start_id, column <= end_id), str(end_id)
+        return column, "id", start_id, end_id, str(end_id)
 
-    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
+    def plan_read(self, spark: SparkSession, data_range: DataRange) -> tuple[SlicedRead, str, int]:
+        """The range's slices (a Spark-free plan), the end reached and the range's row
+        count. Everything that can fail before Spark does here: reflection, a missing
+        column, a bad bound."""
         table = self._reflect()
         names = self.columns or list(table.c.keys())
         selected = [self._column(table, name) for name in names]
-        condition, end = self._range_filter(table, data_range)
-        schema = T.StructType([T.StructField(c.name, spark_type_for(c.type)) for c in selected])
-        query = sa.select(*selected).where(condition)
-        if self.id_column is not None:
-            query = query.order_by(self._column(table, self.id_column))
-        rows: list[tuple] = []
-        try:
-            with _source_engine(self.url).connect() as conn:
-                result = conn.execution_options(stream_results=True, yield_per=self.fetch_size)
-                for row in result.execute(query):
-                    rows.append(tuple(_to_spark_value(v, f.dataType)
-                                      for v, f in zip(row, schema.fields, strict=True)))
-        except SQLAlchemyError as exc:
-            raise SourceError(f"{self._where}: {str(exc).splitlines()[0]}") from None
-        return SourceBatch(spark.createDataFrame(rows, schema), end, len(rows))
+        column, kind, lower, upper, end = self._range_bounds(table, data_range)
+        whole = SlicedRead(
+            url=self.url, table=self.table, db_schema=self.db_schema,
+            columns=tuple((c.name, c.type) for c in selected),
+            schema=T.StructType([T.StructField(c.name, spark_type_for(c.type)) for c in selected]),
+            range_column=column.name, range_type=column.type, kind=kind,
+            bounds=(lower, upper), fetch_size=self.fetch_size,
+        )
+        rows = whole.count_rows()
+        count = self.slices or slice_count(rows, self.rows_per_slice, session_parallelism(spark))
+        return replace(whole, bounds=tuple(slice_bounds(kind, lower, upper, count))), end, rows
+
+    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
+        plan, end, rows = self.plan_read(spark, data_range)
+        return SourceBatch(plan.dataframe(spark), end, rows)
 
 
 # -- files landing in a folder -------------------------------------------------------

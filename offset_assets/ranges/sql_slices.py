@@ -1,0 +1,271 @@
+"""A SQL source's range, read by Spark's executors in slices.
+
+The driver plans a `SlicedRead`: the range's column, its bounds cut into slices
+(sub-ranges of ids, sub-windows of time) and the columns with their reflected SQL
+types. Spark runs one task per slice; the task opens its own connection to the source
+and yields Arrow record batches of `fetch_size` rows. No row passes the driver: it plans
+the slices, and the engine's write commits what the executors read.
+
+Why a Python data source (`pyspark.sql.datasource`) and not Spark's JDBC reader:
+- the rows go through the same SQLAlchemy dialect and column types the driver reflects
+  (SQLite's text timestamps, numerics as `Decimal`), so the values are the ones the
+  source's reflected schema promises, on every database SQLAlchemy reaches, with no
+  JDBC driver jar to ship to the cluster;
+- it works unchanged over Spark Connect (the data source is registered with the
+  session, the executors import this module);
+- the slices are planned here, with the same boundary rule as the whole range, instead
+  of JDBC's `partitionColumn`/`lowerBound`/`upperBound`, which leave the outer slices
+  open-ended and know nothing of time windows.
+Executors need this package, SQLAlchemy, the database's DBAPI driver and pyarrow in
+their Python, and a path or address that reaches the database: a SQLite file only
+works where the executors share the driver's file system.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import pickle
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from itertools import pairwise
+from typing import Any, Literal
+
+import pyarrow as pa
+import sqlalchemy as sa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_assets.control_plane.database import mask_url
+from offset_assets.ranges.errors import SourceError
+
+DATA_SOURCE_NAME = "offset_assets_sql_slices"
+PLAN_OPTION = "sliced_read"
+# Below this many rows a slice costs more in connection and task start-up than it saves.
+MIN_ROWS_PER_SLICE = 10_000
+
+RangeKind = Literal["id", "time"]
+
+_engines: dict[str, sa.Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def source_engine(url: str) -> sa.Engine:
+    """One engine per source URL and process (the driver's, or an executor's Python worker)."""
+    with _engines_lock:
+        engine = _engines.get(url)
+        if engine is None:
+            try:
+                parsed = sa.engine.make_url(url)
+                if parsed.drivername in ("postgresql", "postgres"):
+                    parsed = parsed.set(drivername="postgresql+psycopg2")
+                engine = sa.create_engine(parsed, pool_pre_ping=True)
+            except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
+                raise SourceError(f"bad source URL {mask_url(url)!r}: {exc}") from None
+            _engines[url] = engine
+        return engine
+
+
+def range_condition(column: sa.ColumnElement, kind: RangeKind, lower: Any, upper: Any) -> sa.ColumnElement:
+    """The one boundary rule of a SQL range and of each of its slices: ids (lower, upper],
+    as the id planner hands out ranges ending at the largest id read; times
+    [lower, upper), so that a row at a window's end belongs to the next window."""
+    if kind == "id":
+        return sa.and_(column > lower, column <= upper)
+    return sa.and_(column >= lower, column < upper)
+
+
+def slice_bounds(kind: RangeKind, lower: Any, upper: Any, slices: int) -> list[Any]:
+    """`slices` + 1 increasing bounds from `lower` to `upper` (fewer when the range is too
+    narrow): consecutive pairs are the slices. The outer bounds are the range's own, so
+    the slices, read with `range_condition`, hold exactly the range's rows."""
+    if slices < 1:
+        raise ValueError(f"slices must be at least 1, got {slices}")
+    if kind == "id":
+        inner = [lower + math.ceil(i * (upper - lower) / slices) for i in range(1, slices)]
+    elif isinstance(lower, datetime):
+        step = (upper - lower) / slices
+        inner = [lower + i * step for i in range(1, slices)]
+    else:  # epoch seconds
+        inner = [lower + i * (upper - lower) / slices for i in range(1, slices)]
+    bounds = [lower]
+    for bound in [*inner, upper]:
+        if bound > bounds[-1]:
+            bounds.append(bound)
+    return bounds if len(bounds) > 1 else [lower, upper]
+
+
+def slice_count(rows: int, rows_per_slice: int, parallelism: int) -> int:
+    """Slices for a range of `rows`: one per `rows_per_slice`, and at least one per core
+    of the session while each still holds `MIN_ROWS_PER_SLICE` rows."""
+    by_size = math.ceil(rows / rows_per_slice)
+    by_cores = min(parallelism, rows // MIN_ROWS_PER_SLICE)
+    return max(1, by_size, by_cores)
+
+
+def session_parallelism(spark: SparkSession) -> int:
+    """The session's default parallelism; a Spark Connect client has no SparkContext to
+    ask, so there it is `spark.default.parallelism` when set, else 1."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return spark.sparkContext.defaultParallelism
+    return int(spark.conf.get("spark.default.parallelism", None) or 1)
+
+
+def to_spark_value(value: Any, spark_type: T.DataType) -> Any:
+    """A database value as the Spark type its column is read as."""
+    if value is None:
+        return None
+    if isinstance(spark_type, T.TimestampType) and isinstance(value, datetime):
+        # Naive database timestamps are UTC.
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(spark_type, T.DoubleType):
+        return float(value)
+    if isinstance(spark_type, T.LongType):
+        return int(value)
+    if isinstance(spark_type, T.DecimalType) and not isinstance(value, Decimal):
+        return Decimal(str(value))
+    return value
+
+
+@dataclass(frozen=True)
+class SqlSlice(InputPartition):
+    """One slice of a range: the rows between `lower` and `upper` (see `range_condition`)."""
+
+    index: int
+    lower: Any
+    upper: Any
+
+
+@dataclass(frozen=True)
+class SlicedRead:
+    """Everything a task needs to read its slice, planned on the driver: picklable, holding
+    no connection. `columns` carry their reflected SQL types so that the executors' rows
+    come back through the same SQLAlchemy types the driver sees."""
+
+    url: str
+    table: str
+    db_schema: str | None
+    columns: tuple[tuple[str, sa.types.TypeEngine], ...]
+    schema: T.StructType
+    range_column: str
+    range_type: sa.types.TypeEngine
+    kind: RangeKind
+    bounds: tuple[Any, ...]
+    fetch_size: int
+
+    @property
+    def where(self) -> str:
+        return f"SQL source {self.table!r} at {mask_url(self.url)}"
+
+    def _table(self) -> sa.TableClause:
+        return sa.table(self.table, *[sa.column(name, type_) for name, type_ in self.columns],
+                        schema=self.db_schema)
+
+    def _range_column(self) -> sa.ColumnClause:
+        return sa.column(self.range_column, self.range_type)
+
+    def slices(self) -> list[SqlSlice]:
+        return [SqlSlice(i, lower, upper) for i, (lower, upper) in enumerate(pairwise(self.bounds))]
+
+    def count_rows(self) -> int:
+        """The range's rows, counted by the database on the driver (no Spark job)."""
+        column = self._range_column()
+        query = (sa.select(sa.func.count()).select_from(self._table())
+                 .where(range_condition(column, self.kind, self.bounds[0], self.bounds[-1])))
+        try:
+            with source_engine(self.url).connect() as conn:
+                return int(conn.execute(query).scalar() or 0)
+        except SQLAlchemyError as exc:
+            raise SourceError(f"{self.where}: {str(exc).splitlines()[0]}") from None
+
+    def slice_query(self, piece: SqlSlice) -> sa.Select:
+        table, column = self._table(), self._range_column()
+        query = sa.select(*table.c).where(range_condition(column, self.kind, piece.lower, piece.upper))
+        # Id slices keep the source's id order (a read of the range lists rows as inserted).
+        return query.order_by(column) if self.kind == "id" else query
+
+    def read_slice(self, piece: SqlSlice) -> Iterator[pa.RecordBatch]:
+        """The slice's rows as Arrow record batches of at most `fetch_size` rows (runs on an
+        executor)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        try:
+            with source_engine(self.url).connect() as conn:
+                result = conn.execution_options(stream_results=True).execute(self.slice_query(piece))
+                while rows := result.fetchmany(self.fetch_size):
+                    yield self._record_batch(rows, arrow_schema)
+        except SQLAlchemyError as exc:
+            raise SourceError(
+                f"{self.where}: slice {piece.index} ({piece.lower!r}, {piece.upper!r}) of "
+                f"{self.range_column!r}: {str(exc).splitlines()[0]}"
+            ) from None
+
+    def _record_batch(self, rows: Sequence[sa.Row], arrow_schema: pa.Schema) -> pa.RecordBatch:
+        arrays = [self._column_array([row[i] for row in rows], field, arrow_schema.field(i).type)
+                  for i, field in enumerate(self.schema.fields)]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    def _column_array(self, values: list[Any], field: T.StructField, arrow_type: pa.DataType) -> pa.Array:
+        # Arrow converts the values the driver would hand over as they are (a naive
+        # timestamp is taken as UTC); the rest (ints in a REAL column, floats in a
+        # NUMERIC one) first become the column's Spark type.
+        try:
+            return pa.array(values, type=arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            pass
+        try:
+            return pa.array([to_spark_value(v, field.dataType) for v in values], type=arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise SourceError(
+                f"{self.where}: column {field.name!r} holds a value that is not "
+                f"{field.dataType.simpleString()}: {exc}"
+            ) from None
+
+    def encode(self) -> str:
+        return base64.b64encode(pickle.dumps(self)).decode("ascii")
+
+    @staticmethod
+    def decode(text: str) -> SlicedRead:
+        return pickle.loads(base64.b64decode(text))
+
+    def dataframe(self, spark: SparkSession) -> DataFrame:
+        """The range as a DataFrame whose scan runs one task per slice."""
+        spark.dataSource.register(SqlSlicesDataSource)
+        return (spark.read.format(DATA_SOURCE_NAME).schema(self.schema)
+                .option(PLAN_OPTION, self.encode()).load())
+
+
+class SqlSlicesDataSource(DataSource):
+    """The Spark data source of a `SlicedRead` (given as its encoded option)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return DATA_SOURCE_NAME
+
+    def _plan(self) -> SlicedRead:
+        return SlicedRead.decode(self.options[PLAN_OPTION])
+
+    def schema(self) -> T.StructType:
+        return self._plan().schema
+
+    def reader(self, schema: T.StructType) -> DataSourceReader:
+        return SqlSlicesReader(self._plan())
+
+
+class SqlSlicesReader(DataSourceReader):
+    def __init__(self, plan: SlicedRead) -> None:
+        self.plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.plan.slices()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SqlSlice):
+            raise TypeError(f"{self.plan.where}: expected a SqlSlice, got {type(partition).__name__}")
+        return self.plan.read_slice(partition)

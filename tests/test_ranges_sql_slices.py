@@ -1,0 +1,137 @@
+"""A SQL source's range is read by Spark's tasks in slices, never through the driver:
+the slices hold exactly the range's rows, the scan is a Python data source with one
+input partition per slice, and on a cluster or over Spark Connect the slices are read
+by the executors' processes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from offset_assets.ranges.errors import SourceError
+from offset_assets.ranges.planners import DataRange, RangeKind
+from offset_assets.ranges.sources import SqlTableSource
+from offset_assets.ranges.sql_slices import MIN_ROWS_PER_SLICE, slice_bounds, slice_count
+from tests.test_cluster import run_driver
+
+DAY = datetime(2022, 1, 1)
+
+
+@pytest.fixture
+def source_db(tmp_path) -> str:
+    """customers(id 1..100), one row a minute from midnight: id n at minute n - 1, and a
+    row exactly at the next midnight (id 101)."""
+    url = f"sqlite:///{tmp_path / 'source.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE customers (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                             "name TEXT, created_at DATETIME)"))
+        moments = [DAY + timedelta(minutes=i) for i in range(100)] + [DAY + timedelta(days=1)]
+        conn.execute(sa.text("INSERT INTO customers (name, created_at) VALUES (:n, :t)"),
+                     [{"n": f"c{i}", "t": t.strftime("%Y-%m-%d %H:%M:%S.000000")}
+                      for i, t in enumerate(moments, start=1)])
+    engine.dispose()
+    return url
+
+
+def ids(batch) -> list[int]:
+    return [row.id for row in batch.df.collect()]
+
+
+def scan_of(df) -> tuple[str, int]:
+    return df._jdf.queryExecution().executedPlan().toString(), df.rdd.getNumPartitions()
+
+
+def test_slice_bounds_cut_a_range_into_increasing_pieces_with_the_range_own_ends():
+    assert slice_bounds("id", 10, 50, 4) == [10, 20, 30, 40, 50]
+    assert slice_bounds("id", 0, 7, 3) == [0, 3, 5, 7]
+    assert slice_bounds("id", 0, 2, 5) == [0, 1, 2]  # never an empty slice of ids
+    assert slice_bounds("id", 3, 3, 4) == [3, 3]  # an empty range: one empty slice
+    start, end = datetime(2022, 1, 1), datetime(2022, 1, 2)
+    assert slice_bounds("time", start, end, 3) == [start, start + timedelta(hours=8),
+                                                   start + timedelta(hours=16), end]
+    assert slice_bounds("time", 100.0, 101.0, 2) == [100.0, 100.5, 101.0]
+
+
+def test_slice_count_follows_rows_per_slice_and_uses_every_core_for_a_large_range():
+    assert slice_count(0, 200_000, 8) == 1
+    assert slice_count(1_000_000, 200_000, 2) == 5
+    assert slice_count(3 * MIN_ROWS_PER_SLICE, 200_000, 8) == 3  # each slice keeps its minimum
+    assert slice_count(1_000_000, 200_000, 16) == 16
+
+
+def test_an_id_range_read_in_slices_holds_exactly_the_range_rows(source_db, spark):
+    source = SqlTableSource(source_db, "customers", id_column="id", slices=3)
+    batch = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "10", "40"))
+    assert (batch.end, batch.row_count) == ("40", 30)
+    assert ids(batch) == list(range(11, 41))  # (10, 40], in id order
+    plan, partitions = scan_of(batch.df)
+    assert partitions == 3
+
+    up_to_now = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "95", None))
+    assert (up_to_now.end, up_to_now.row_count, ids(up_to_now)) == ("101", 6, list(range(96, 102)))
+
+
+def test_a_time_window_read_in_slices_includes_its_start_and_excludes_its_end(source_db, spark):
+    # 40 minutes in 4 slices of 10: rows at 00:10, 00:20, 00:30 sit on slice bounds.
+    source = SqlTableSource(source_db, "customers", time_column="created_at", slices=4)
+    batch = source.read_range(spark, DataRange(RangeKind.TIME_WINDOW, "20220101000000", "20220101004000"))
+    rows = batch.df.collect()
+    assert batch.row_count == 40
+    assert sorted(row.id for row in rows) == list(range(1, 41))  # 00:00 in, 00:40 out
+    assert min(row.created_at for row in rows).astimezone(UTC) == datetime(2022, 1, 1, tzinfo=UTC)
+    assert scan_of(batch.df)[1] == 4
+
+    whole_day = source.read_range(spark, DataRange(RangeKind.TIME_WINDOW, "20220101000000", "20220102000000"))
+    assert sorted(ids(whole_day)) == list(range(1, 101))  # the next midnight's row is not the day's
+
+
+def test_an_empty_range_reads_no_rows(source_db, spark):
+    by_id = SqlTableSource(source_db, "customers", id_column="id")
+    nothing_new = by_id.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "101", None))
+    assert (nothing_new.end, nothing_new.row_count, nothing_new.df.count()) == ("101", 0, 0)
+    by_time = SqlTableSource(source_db, "customers", time_column="created_at", slices=8)
+    quiet = by_time.read_range(spark, DataRange(RangeKind.TIME_WINDOW, "20220105000000", "20220106000000"))
+    assert (quiet.row_count, quiet.df.count(), quiet.df.columns) == (0, 0, ["id", "name", "created_at"])
+
+
+def test_no_row_passes_the_driver_the_plan_is_a_python_data_source_scan_of_the_slices(source_db, spark):
+    source = SqlTableSource(source_db, "customers", id_column="id", rows_per_slice=25)
+    batch = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "0", "100"))
+    plan, partitions = scan_of(batch.df)
+    assert "BatchScan offset_assets_sql_slices" in plan and "(Python)" in plan
+    assert "LocalTableScan" not in plan and "LocalRelation" not in batch.df._jdf.queryExecution().toString()
+    assert partitions == 4  # 100 rows, 25 a slice
+    assert sorted(ids(batch)) == list(range(1, 101))
+
+
+def test_a_bad_slicing_option_is_refused_naming_the_table(source_db):
+    with pytest.raises(SourceError, match="'customers': rows_per_slice must be at least 1, got 0"):
+        SqlTableSource(source_db, "customers", id_column="id", rows_per_slice=0)
+    with pytest.raises(SourceError, match="'customers': slices must be at least 1, got -2"):
+        SqlTableSource(source_db, "customers", id_column="id", slices=-2)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("jvm_servers")
+def test_on_the_standalone_cluster_the_executors_read_the_slices(spark_cluster, tmp_path):
+    story = run_driver(["tests.sql_slices_story", "--master", spark_cluster.master_url, str(tmp_path)], {})
+    assert (story["row_count"], story["end"]) == (800, "900")
+    assert story["ids"] == list(range(101, 901))
+    assert story["rows_per_slice"] == {"0": 200, "1": 200, "2": 200, "3": 200}
+    # Every slice was read in an executor JVM of a worker, none in the driver.
+    assert story["task_jvms"] and all(
+        jvm.endswith("org.apache.spark.executor.CoarseGrainedExecutorBackend") for jvm in story["task_jvms"])
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("jvm_servers")
+def test_over_spark_connect_the_server_reads_the_slices(connect_server, tmp_path):
+    story = run_driver(["tests.sql_slices_story", "--remote", connect_server.url, str(tmp_path)], {})
+    assert (story["row_count"], story["end"]) == (800, "900")
+    assert story["ids"] == list(range(101, 901))
+    assert story["rows_per_slice"] == {"0": 200, "1": 200, "2": 200, "3": 200}
+    # The client has no JVM: the slices were read by the Connect server's tasks.
+    assert story["task_jvms"] == [f"{connect_server.process.pid} org.apache.spark.deploy.SparkSubmit"]
