@@ -8,7 +8,9 @@ import sys
 import dagster as dg
 import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 
+from offset_assets.cli import main
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.dagster_adapter import OffsetStore
@@ -74,6 +76,13 @@ def target(spark, plane, warehouse):
     return rows, table.last_committed().delta_num
 
 
+def progress(db_url):
+    """The last line of `offset-assets jobs raw_customers`: the backlog's progress."""
+    result = CliRunner().invoke(main, ["--db-url", db_url, "jobs", "raw_customers"])
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()[-1]
+
+
 def ranges_logged(plane):
     return [(r.data_range_start, r.data_range_end, r.status, r.attempt)
             for r in JobLog(plane).history("raw_customers")]
@@ -100,6 +109,9 @@ def test_a_backlog_is_ingested_in_ranges_and_a_failed_range_is_resumed_first(
     assert ranges_logged(plane) == [("0", "3", "SUCCESS", 1), ("3", "6", "SUCCESS", 1),
                                     ("6", "9", "FAILURE", 1)]
     assert target(spark, plane, warehouse) == (source_rows(source_url)[:6], 2)
+    assert progress(sqlite_url).startswith(
+        "raw_customers: 2 ranges done, 1 failed, 0 running; ids ingested up to 6 of 10; "
+        "2 ranges due (planned at ")
 
     add_customers(source_url, 2)  # the source grows meanwhile: ids 11, 12
     due = ingestion.plan()
@@ -113,6 +125,9 @@ def test_a_backlog_is_ingested_in_ranges_and_a_failed_range_is_resumed_first(
                                     ("6", "9", "SUCCESS", 2), ("9", "12", "SUCCESS", 1)]
     assert target(spark, plane, warehouse) == (source_rows(source_url), 4)  # one delta per range
     assert ingestion.plan() == []
+    assert progress(sqlite_url).startswith(
+        "raw_customers: 4 ranges done, 0 failed, 0 running; ids ingested up to 12 of 12; "
+        "0 ranges due (planned at ")
 
 
 def test_a_run_killed_in_the_middle_of_a_backlog_is_resumed_at_the_first_unfinished_range(

@@ -32,12 +32,13 @@ def test_jobs_lists_ranges_newest_first_with_step_counts(sqlite_url):
     first, second = story(sqlite_url)
     result = run(sqlite_url, "jobs", "orders")
     assert result.exit_code == 0, result.output
-    header, newest, oldest = result.output.splitlines()
+    header, newest, oldest, _, progress = result.output.splitlines()
     assert header.split()[:3] == ["job_id", "job", "type"]
     assert newest.split()[:7] == [str(second), "orders", "auto_inc_id", "5", "-", "FAILURE", "1"]
     assert "1 failure" in newest and "ConnectionError: source went away" in newest
     assert oldest.split()[:7] == [str(first), "orders", "auto_inc_id", "0", "5", "SUCCESS", "1"]
     assert "2 success" in oldest and "run-1" in oldest
+    assert progress == "orders: 1 range done, 1 failed, 0 running; ids ingested up to 5"
 
 
 def test_jobs_without_a_name_lists_every_job_and_filters_by_status(sqlite_url):
@@ -72,3 +73,38 @@ def test_time_window_ranges_are_shown_as_utc_dates_and_ids_as_stored(sqlite_url)
     assert daily[3:5] == ["2022-01-01T00:00:00Z", "2022-01-02T00:00:00Z"]
     as_json = json.loads(run(sqlite_url, "jobs", "daily", "--json").output)
     assert as_json["data_range_start"] == "20220101000000"  # --json keeps the stored value
+
+
+def test_jobs_of_one_job_ends_with_its_backlogs_progress(sqlite_url):
+    """A backlog of ids (0, 12] in ranges of 3, planned as the source grew from 10 to 12 ids:
+    two ranges done, the third failed, and the plan that claimed it still had two due."""
+    log = JobLog(connect(sqlite_url), clock=iter([100.0, 101.0, 200.0, 201.0, 300.0, 301.0]).__next__)
+    for start, end, backlog_end, due in [("0", "3", "10", 4), ("3", "6", "10", 3),
+                                         ("6", "9", "12", 2)]:
+        claim = log.claim("users", start, end, run_id="run", log_driven_type="auto_inc_id",
+                          runtime_args={"backlog_end": backlog_end, "backlog_ranges": due,
+                                        "refresh": False})
+        if start == "6":
+            log.mark_failure(claim.job_id, "ConnectionError: source went away")
+        else:
+            log.mark_success(claim.job_id, end)
+    result = run(sqlite_url, "jobs", "users")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (
+        "users: 2 ranges done, 1 failed, 0 running; ids ingested up to 6 of 12; "
+        "2 ranges due (planned at 1970-01-01T00:05:00.000000Z)")
+    # Listing every job, or as JSON, shows ranges only.
+    assert "ranges done" not in run(sqlite_url, "jobs").output
+    assert "ranges done" not in run(sqlite_url, "jobs", "users", "--json").output
+
+
+def test_the_progress_of_time_windows_is_shown_in_utc(sqlite_url):
+    log = JobLog(connect(sqlite_url))
+    claim = log.claim("daily", "20220101000000", "20220102000000", run_id="run",
+                      log_driven_type="timewindow", period=1440,
+                      runtime_args={"backlog_end": "20220105000000", "backlog_ranges": 4})
+    log.mark_success(claim.job_id, "20220102000000")
+    progress = run(sqlite_url, "jobs", "daily").output.splitlines()[-1]
+    assert progress.startswith(
+        "daily: 1 range done, 0 failed, 0 running; windows ingested up to 2022-01-02T00:00:00Z "
+        "of 2022-01-05T00:00:00Z; 3 ranges due (planned at ")

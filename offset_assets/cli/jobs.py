@@ -1,8 +1,10 @@
-"""`offset-assets jobs [NAME]`: the job log of log-driven ingestion, newest range first."""
+"""`offset-assets jobs [NAME]`: the job log of log-driven ingestion, newest range first,
+and for one job how far it is through its backlog."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -13,7 +15,7 @@ from offset_assets.cli.offsets import human_age, iso_utc
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobRecord, JobStatus
 from offset_assets.errors import OffsetAssetsError
-from offset_assets.ranges.planners import RangeKind, parse_time
+from offset_assets.ranges.planners import RangeKind, committed_pointer, parse_time
 
 HEADER = ["job_id", "job", "type", "range start", "range end", "status", "attempt",
           "started (UTC)", "took", "steps", "run", "error"]
@@ -69,6 +71,43 @@ def _row(row: JobRecord, counts: dict[str, int]) -> list[str]:
     ]
 
 
+_ORDERED_KINDS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    str(RangeKind.AUTO_INC_ID): ("ids", int),
+    str(RangeKind.TIME_WINDOW): ("windows", parse_time),
+}
+
+
+def _ranges(count: int, state: str) -> str:
+    return f"{count} range{'' if count == 1 else 's'} {state}"
+
+
+def backlog_progress(history: Sequence[JobRecord]) -> str:
+    """How far a job is through its backlog, from its job_log rows alone: ranges done,
+    failed and running; for ids and windows where the ingested chain ends (from the first
+    range) and where the backlog ended when a range was last planned, with the ranges
+    then still due (recorded in the range's runtime_args by the run that claimed it)."""
+    statuses = [row.status for row in history]
+    parts = [_ranges(statuses.count(JobStatus.SUCCESS), "done"),
+             f"{statuses.count(JobStatus.FAILURE)} failed",
+             f"{statuses.count(JobStatus.RUNNING)} running"]
+    kind = history[-1].log_driven_type if history else None
+    if kind not in _ORDERED_KINDS:
+        return ", ".join(parts)
+    unit, order = _ORDERED_KINDS[kind]
+    first = min((row.data_range_start for row in history), key=order)
+    line = (f"{', '.join(parts)}; {unit} ingested up to "
+            f"{range_bound(kind, committed_pointer(history, first, order))}")
+    planned = [row for row in history
+               if "backlog_end" in row.runtime_args_dict and row.job_start_time is not None]
+    if not planned:
+        return line
+    last = max(planned, key=lambda row: row.job_start_time or 0.0)
+    args = last.runtime_args_dict
+    due = int(args["backlog_ranges"]) - (1 if last.status == JobStatus.SUCCESS else 0)
+    return (f"{line} of {range_bound(kind, str(args['backlog_end']))}; {_ranges(due, 'due')} "
+            f"(planned at {iso_utc(last.job_start_time or 0.0)})")
+
+
 def _render(rows: list[list[str]]) -> str:
     widths = [max(len(line[i]) for line in [HEADER, *rows]) for i in range(len(HEADER))]
     return "\n".join(
@@ -89,7 +128,10 @@ def _render(rows: list[list[str]]) -> str:
 def jobs_command(obj: dict[str, Any], name: str | None, status: str | None, limit: int | None,
                  as_json: bool) -> None:
     """Ranges in job_log (all jobs, or job NAME), newest first: bounds, status, attempts,
-    timing, steps per status, the run that holds or ran the range, and the last error."""
+    timing, steps per status, the run that holds or ran the range, and the last error.
+    For job NAME, a last line shows its backlog's progress: ranges done, failed and
+    running, how far ids or windows are ingested, and the ranges due when it was last
+    planned (not with --json)."""
     log = JobLog(open_control_plane(obj))
     rows = log.jobs(name, status=status.upper() if status else None, limit=limit)
     if name is not None and not rows and name not in log.job_names():
@@ -105,3 +147,5 @@ def jobs_command(obj: dict[str, Any], name: str | None, status: str | None, limi
         click.echo("no job_log rows" + (f" with status {status.upper()}" if status else ""))
         return
     click.echo(_render([_row(row, counts.get(row.job_id, {})) for row in rows]))
+    if name is not None:
+        click.echo(f"\n{name}: {backlog_progress(log.history(name))}")
