@@ -36,7 +36,12 @@ def build_ingestion_sensor(
     partitions of `assets_def` and requests a run of the first one (ranges run in
     order), as the job `ingestion_job(assets_def)` so the run names its target. Reads the
     control plane (the `OffsetStore` resource under the key `offset_store`) and the
-    source's max id or offsets; never Spark."""
+    source's max id or offsets; never Spark.
+
+    A backlog is planned as bounded ranges (the planner's `max_range_size`): each gets its
+    partition at the first tick, and a tick requests the next range only once the one
+    before has committed, so a backlog advances one range per tick at most
+    (`minimum_interval_seconds`)."""
     partitions_def = assets_def.partitions_def
     if not isinstance(partitions_def, dg.DynamicPartitionsDefinition):
         raise dg.DagsterInvalidDefinitionError(
