@@ -1,74 +1,74 @@
-"""Kafka range reading without a broker: a fake partition reader stands in for the consumer."""
+"""Kafka range planning without a broker: offsets in, slices and range ends out.
+(Reading against a real broker: tests/test_ingestion_kafka.py.)"""
 
-import importlib.util
+import sys
 
 import pytest
 from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.kafka import (
-    KafkaMessage,
     KafkaSource,
     describe_offsets,
-    messages_frame,
     offsets_from_description,
-    read_range_messages,
+    plan_slices,
+    slices_end,
+    with_values_expanded,
 )
+from offset_assets.ranges.kafka_slices import MESSAGE_SCHEMA, OffsetSlice
 from offset_assets.ranges.planners import DataRange, RangeKind
 
 
-class FakeTopic:
-    """Messages per (topic, partition) at given offsets; gaps are compacted/marker offsets."""
-
-    def __init__(self, log: dict[tuple[str, int], dict[int, str]]) -> None:
-        self.log = log
-        self.reads: list[tuple[str, int, int, int]] = []
-
-    def read(self, topic, partition, start, stop):
-        self.reads.append((topic, partition, start, stop))
-        for offset, value in sorted(self.log.get((topic, partition), {}).items()):
-            if start <= offset < stop:
-                yield KafkaMessage(topic, partition, offset, None, value)
-
-
-def test_range_reads_from_committed_offsets_to_the_high_watermark():
-    fake = FakeTopic({("orders", 0): {5: "a", 6: "b", 7: "c"}, ("orders", 1): {3: "x"}})
+def test_a_range_slices_each_partition_from_its_committed_offset_to_the_latest():
     start = {"orders": {"0": 6, "1": 4}}
-    latest = {"orders": {"0": 8, "1": 4}}
-    messages, end = read_range_messages(fake, start, {}, latest)
-    assert [(m.partition, m.offset) for m in messages] == [(0, 6), (0, 7)]
+    slices = plan_slices(start, {}, {"orders": {"0": 8, "1": 4}})
+    assert slices == [OffsetSlice("orders", 0, 6, 8), OffsetSlice("orders", 1, 4, 4)]
     # Partition 1 had nothing new: it keeps offset 4 in the end JSON.
-    assert end == '{"orders":{"0":8,"1":4}}'
+    assert slices_end(start, slices) == '{"orders":{"0":8,"1":4}}'
 
 
-def test_first_range_starts_at_earliest_and_new_partitions_join():
-    fake = FakeTopic({("orders", 0): {10: "a", 11: "b"}, ("orders", 2): {0: "n"}})
-    earliest = {"orders": {"0": 10, "2": 0}}
-    latest = {"orders": {"0": 12, "2": 1}}
-    messages, end = read_range_messages(fake, {}, earliest, latest)
-    assert [(m.partition, m.offset) for m in messages] == [(0, 10), (0, 11), (2, 0)]
-    assert end == '{"orders":{"0":12,"2":1}}'
+def test_the_first_range_and_new_partitions_start_at_their_earliest_offset():
+    earliest = {"orders": {"0": 10, "1": 0, "2": 0}}
+    latest = {"orders": {"0": 12, "1": 3, "2": 1}}
+    assert plan_slices({}, earliest, latest) == [
+        OffsetSlice("orders", 0, 10, 12), OffsetSlice("orders", 1, 0, 3), OffsetSlice("orders", 2, 0, 1)]
+    start = {"orders": {"0": 12, "1": 3}}  # partition 2 was added after this range's start
+    assert plan_slices(start, earliest, latest)[2] == OffsetSlice("orders", 2, 0, 1)
 
 
-def test_end_is_consumed_plus_one_when_the_last_offsets_are_not_messages():
-    fake = FakeTopic({("t", 0): {0: "a", 1: "b"}})  # offset 2 is a transaction marker
-    messages, end = read_range_messages(fake, {}, {}, {"t": {"0": 3}})
-    assert len(messages) == 2 and end == '{"t":{"0":2}}'
+def test_the_end_is_the_latest_offset_even_when_the_last_offsets_are_transaction_markers():
+    # Offsets 0-1 are messages, 2 a commit marker: the end is 3, past the marker.
+    slices = plan_slices({}, {"t": {"0": 0}}, {"t": {"0": 3}})
+    assert slices_end({}, slices) == '{"t":{"0":3}}'
 
 
 def test_max_messages_per_partition_bounds_a_range():
-    fake = FakeTopic({("t", 0): {i: str(i) for i in range(10)}})
-    messages, end = read_range_messages(fake, {"t": {"0": 2}}, {}, {"t": {"0": 10}}, 3)
-    assert [m.offset for m in messages] == [2, 3, 4] and end == '{"t":{"0":5}}'
+    slices = plan_slices({"t": {"0": 2}}, {}, {"t": {"0": 10}}, 3)
+    assert slices == [OffsetSlice("t", 0, 2, 5)] and slices_end({"t": {"0": 2}}, slices) == '{"t":{"0":5}}'
 
 
-def test_messages_become_rows_with_json_values_expanded(spark):
-    messages = [KafkaMessage("orders", 0, 7, "k1", '{"id": 1, "total": 2.5}', 1000)]
+def test_a_start_deleted_by_retention_is_refused_naming_topic_partition_and_offsets():
+    with pytest.raises(SourceError) as refused:
+        plan_slices({"orders": {"0": 3}}, {"orders": {"0": 7}}, {"orders": {"0": 9}})
+    assert str(refused.value) == (
+        "Kafka topic 'orders' partition 0: the range starts at offset 3 but the partition now "
+        "starts at offset 7; offsets 3..6 were deleted (retention) before they were ingested")
+
+
+def test_a_start_beyond_the_partitions_end_is_refused():
+    with pytest.raises(SourceError, match=r"'orders' partition 1: the range starts at offset 9 but the "
+                                          r"partition ends at offset 4"):
+        plan_slices({"orders": {"1": 9}}, {}, {"orders": {"1": 4}})
+
+
+def test_message_values_in_json_are_expanded_into_columns(spark):
+    messages = spark.createDataFrame([("orders", 0, 7, 1000, "k1", '{"id": 1, "total": 2.5}')],
+                                     MESSAGE_SCHEMA)
     schema = T.StructType([T.StructField("id", T.LongType()),
                            T.StructField("total", T.DoubleType())])
-    (row,) = messages_frame(spark, messages, schema).collect()
+    (row,) = with_values_expanded(messages, schema).collect()
     assert (row.id, row.total, row.kafka_offset, row.key) == (1, 2.5, 7, "k1")
-    (raw,) = messages_frame(spark, messages, None).collect()
+    (raw,) = with_values_expanded(messages, None).collect()
     assert raw.value == '{"id": 1, "total": 2.5}'
 
 
@@ -81,9 +81,8 @@ def test_offsets_have_a_readable_description_and_back():
         offsets_from_description("orders")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("confluent_kafka") is not None,
-                    reason="confluent-kafka is installed")
-def test_without_the_extra_a_kafka_source_says_what_to_install(spark):
+def test_without_the_extra_a_kafka_source_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed: import fails
     source = KafkaSource("localhost:9092", ["orders"])
     with pytest.raises(SourceError, match=r"offset-assets\[kafka\]"):
-        source.read_range(spark, DataRange(RangeKind.KAFKA_OFFSET, "{}", None))
+        source.plan(DataRange(RangeKind.KAFKA_OFFSET, "{}", None))

@@ -1,144 +1,97 @@
 """Kafka topics as a range source (optional extra: `pip install offset-assets[kafka]`).
 
 A Kafka range starts at the committed end offsets of the previous range (Spark-style
-JSON, see planners) and ends where this run stopped reading: last consumed offset + 1
-per partition, up to the high watermark seen when the run started. Offsets live in
-job_log, committed with the data; the consumer group's own commits are not used, so a
-range is replayed exactly when its data did not commit.
+JSON, see planners) and, per partition, ends at the last stable offset seen when the run
+started (capped by `max_messages_per_partition`): the next offset to read, which lies
+past any transaction markers and aborted messages before it. Offsets live in job_log,
+committed with the data; the consumer group's own commits are not used, so a range is
+replayed exactly when its data did not commit.
 
-`confluent_kafka` is imported only when a broker is contacted; everything else here
-(the reading loop, the end offsets, the rows) works without it.
+The driver only plans: it reads the partitions' offsets and turns the range into one
+`OffsetSlice` per topic-partition. The executors read the slices (`kafka_slices.py`), in
+read-committed mode. `confluent_kafka` is imported only when a broker is contacted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
-from offset_assets.ranges.planners import (
-    DataRange,
-    kafka_offsets_json,
-    kafka_range_end,
-    parse_kafka_offsets,
+from offset_assets.ranges.kafka_slices import (
+    MESSAGE_SCHEMA,
+    READ_SETTINGS,
+    OffsetSlice,
+    confluent,
+    slices_frame,
 )
+from offset_assets.ranges.planners import DataRange, kafka_offsets_json, parse_kafka_offsets
 from offset_assets.ranges.sources import SourceBatch
 
 Offsets = dict[str, dict[str, int]]
 
-MESSAGE_SCHEMA = T.StructType([
-    T.StructField("kafka_topic", T.StringType(), False),
-    T.StructField("kafka_partition", T.IntegerType(), False),
-    T.StructField("kafka_offset", T.LongType(), False),
-    T.StructField("kafka_timestamp_ms", T.LongType(), True),
-    T.StructField("key", T.StringType(), True),
-    T.StructField("value", T.StringType(), True),
-])
 
-
-@dataclass(frozen=True)
-class KafkaMessage:
-    topic: str
-    partition: int
-    offset: int
-    key: str | None
-    value: str | None
-    timestamp_ms: int | None = None
-
-
-class PartitionReader(Protocol):
-    """Reads one partition from `start` up to (not including) `stop`."""
-
-    def read(self, topic: str, partition: int, start: int, stop: int) -> Iterable[KafkaMessage]: ...
-
-
-def read_range_messages(
-    reader: PartitionReader,
+def plan_slices(
     start: Mapping[str, Mapping[str, int]],
     earliest: Mapping[str, Mapping[str, int]],
     latest: Mapping[str, Mapping[str, int]],
     max_messages_per_partition: int | None = None,
-) -> tuple[list[KafkaMessage], str]:
-    """Messages of every partition from its range start (else earliest) to the high
-    watermark seen now, and the range end (consumed + 1; idle partitions keep theirs)."""
-    messages: list[KafkaMessage] = []
-    consumed: Offsets = {}
+) -> list[OffsetSlice]:
+    """One slice per partition of `latest`: from the range start (a partition the start
+    does not list, one added since, from its earliest offset) to its latest offset.
+
+    A start the broker no longer holds (retention deleted it) or does not hold yet (the
+    topic was recreated) is an error: reading on from elsewhere would lose or repeat
+    messages without a word."""
+    slices = []
     for topic, partitions in sorted(latest.items()):
         for partition, high in sorted(partitions.items(), key=lambda kv: int(kv[0])):
             low = earliest.get(topic, {}).get(partition, 0)
-            begin = max(start.get(topic, {}).get(partition, low), low)
+            begin = start.get(topic, {}).get(partition)
+            if begin is None:
+                begin = low
+            elif begin < low:
+                raise SourceError(
+                    f"Kafka topic {topic!r} partition {partition}: the range starts at offset "
+                    f"{begin} but the partition now starts at offset {low}; offsets {begin}..{low - 1} "
+                    f"were deleted (retention) before they were ingested"
+                )
+            elif begin > high:
+                raise SourceError(
+                    f"Kafka topic {topic!r} partition {partition}: the range starts at offset "
+                    f"{begin} but the partition ends at offset {high} (was the topic recreated?)"
+                )
             stop = int(high)
             if max_messages_per_partition is not None:
                 stop = min(stop, begin + max_messages_per_partition)
-            last = None
-            for message in reader.read(topic, int(partition), begin, stop):
-                messages.append(message)
-                last = message.offset
-            if last is not None:
-                consumed.setdefault(topic, {})[partition] = last
-    return messages, kafka_range_end(start, consumed)
+            slices.append(OffsetSlice(topic, int(partition), int(begin), stop))
+    return slices
 
 
-def messages_frame(
-    spark: SparkSession, messages: Sequence[KafkaMessage], value_schema: T.StructType | None
-) -> DataFrame:
-    """The messages as rows; with `value_schema`, JSON values expanded into its columns."""
-    rows = [(m.topic, m.partition, m.offset, m.timestamp_ms, m.key, m.value) for m in messages]
-    df = spark.createDataFrame(rows, MESSAGE_SCHEMA)
+def slices_end(start: Mapping[str, Mapping[str, int]], slices: Sequence[OffsetSlice]) -> str:
+    """The range end: every slice's stop; partitions the range did not plan keep their
+    start (never dropped, or the next range would restart them from the earliest)."""
+    end: Offsets = {topic: dict(parts) for topic, parts in start.items()}
+    for piece in slices:
+        end.setdefault(piece.topic, {})[str(piece.partition)] = piece.stop
+    return kafka_offsets_json(end)
+
+
+def with_values_expanded(messages: DataFrame, value_schema: T.StructType | None) -> DataFrame:
+    """The message rows; with `value_schema`, JSON values expanded into its columns."""
     if value_schema is None:
-        return df
-    parsed = df.withColumn("_value", F.from_json("value", value_schema))
+        return messages
+    parsed = messages.withColumn("_value", F.from_json("value", value_schema))
     return parsed.select(
         *[F.col(f"_value.{f.name}").alias(f.name) for f in value_schema.fields],
         *[c for c in MESSAGE_SCHEMA.fieldNames() if c not in value_schema.fieldNames()],
     )
-
-
-def _confluent() -> Any:
-    try:
-        import confluent_kafka
-    except ImportError:
-        raise SourceError(
-            "Kafka sources need confluent-kafka: pip install 'offset-assets[kafka]'"
-        ) from None
-    return confluent_kafka
-
-
-def _text(raw: bytes | str | None) -> str | None:
-    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-
-
-@dataclass
-class _ConfluentReader:
-    consumer: Any
-    poll_timeout_s: float
-
-    def read(self, topic: str, partition: int, start: int, stop: int) -> Iterable[KafkaMessage]:
-        if start >= stop:
-            return
-        kafka = _confluent()
-        self.consumer.assign([kafka.TopicPartition(topic, partition, start)])
-        position = start
-        while position < stop:
-            message = self.consumer.poll(self.poll_timeout_s)
-            if message is None:
-                # Offsets up to the watermark may be transaction markers: nothing to read.
-                return
-            if message.error():
-                raise SourceError(
-                    f"Kafka {topic}[{partition}] at offset {position}: {message.error()}"
-                )
-            if message.offset() >= stop:
-                return
-            position = message.offset() + 1
-            _kind, timestamp_ms = message.timestamp()
-            yield KafkaMessage(topic, partition, message.offset(), _text(message.key()),
-                               _text(message.value()), timestamp_ms)
 
 
 @dataclass(frozen=True)
@@ -153,21 +106,25 @@ class KafkaSource:
     timeout_s: float = 10.0
     source_type: str = field(default="kafka", init=False)
 
-    def _consumer(self) -> Any:
-        config = {
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": "offset-assets",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            **self.consumer_config,
-        }
-        return _confluent().Consumer(config)
+    def _config(self) -> dict[str, Any]:
+        """The consumers' settings, the driver's and the executors' (JSON values only:
+        they travel to the executors as a data source option)."""
+        config = {"bootstrap.servers": self.bootstrap_servers, "group.id": "offset-assets",
+                  **self.consumer_config, **READ_SETTINGS}
+        try:
+            json.dumps(config)
+        except TypeError as exc:
+            raise SourceError(
+                f"Kafka at {self.bootstrap_servers}: consumer_config values must be strings, "
+                f"numbers or booleans ({exc})"
+            ) from None
+        return config
 
-    def watermarks(self, consumer: Any | None = None) -> tuple[Offsets, Offsets]:
-        """(earliest, latest) offsets of every partition of the topics, now."""
-        kafka = _confluent()
-        own = consumer is None
-        consumer = consumer or self._consumer()
+    def watermarks(self) -> tuple[Offsets, Offsets]:
+        """(earliest, latest) offsets of every partition of the topics, now. Latest is the
+        last stable offset (read-committed): an open transaction's messages wait."""
+        kafka = confluent()
+        consumer = kafka.Consumer(self._config())
         earliest: Offsets = {}
         latest: Offsets = {}
         try:
@@ -183,26 +140,24 @@ class KafkaSource:
                     earliest.setdefault(topic, {})[str(partition)] = int(low)
                     latest.setdefault(topic, {})[str(partition)] = int(high)
         except kafka.KafkaException as exc:
-            raise SourceError(f"Kafka at {self.bootstrap_servers}: {exc}") from None
+            raise SourceError(f"Kafka at {self.bootstrap_servers} (topics {list(self.topics)}): {exc}") from None
         finally:
-            if own:
-                consumer.close()
+            consumer.close()
         return earliest, latest
 
     def latest_offsets(self) -> Offsets:
         return self.watermarks()[1]
 
-    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
+    def plan(self, data_range: DataRange) -> tuple[list[OffsetSlice], str]:
+        """The range's slices and its end, from the partitions' offsets now."""
         start = parse_kafka_offsets(data_range.start)
-        consumer = self._consumer()
-        try:
-            earliest, latest = self.watermarks(consumer)
-            reader = _ConfluentReader(consumer, poll_timeout_s=self.timeout_s)
-            messages, end = read_range_messages(
-                reader, start, earliest, latest, self.max_messages_per_partition)
-        finally:
-            consumer.close()
-        return SourceBatch(messages_frame(spark, messages, self.value_schema), end, len(messages))
+        slices = plan_slices(start, *self.watermarks(), self.max_messages_per_partition)
+        return slices, slices_end(start, slices)
+
+    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
+        slices, end = self.plan(data_range)
+        messages = slices_frame(spark, slices, self._config(), self.timeout_s)
+        return SourceBatch(with_values_expanded(messages, self.value_schema), end)
 
 
 def describe_offsets(text: str) -> str:

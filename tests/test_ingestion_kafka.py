@@ -1,0 +1,224 @@
+"""Kafka ingestion end to end: a real Kafka-protocol broker (tests/kafka_broker.py), real
+Spark reading the offset slices on its executors, a real control plane and versioned table.
+
+Each test writes a handful of messages to topics of its own and runs ranges with
+`RangeIngestion`; the table holds one row per message (partition, offset, value).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+from pyspark.sql import types as T
+
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.ranges.errors import IngestionError, SourceError
+from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
+from offset_assets.ranges.kafka import KafkaSource
+from offset_assets.ranges.planners import DataRange, KafkaOffsetPlanner, RangeKind
+from offset_assets.versioned.table import VersionedTable
+from tests.kafka_broker import free_port
+
+MESSAGES = T.StructType([
+    T.StructField("kafka_partition", T.IntegerType(), False),
+    T.StructField("kafka_offset", T.LongType(), False),
+    T.StructField("value", T.StringType(), True),
+])
+KEY = ["kafka_partition", "kafka_offset"]
+
+
+@pytest.fixture(autouse=True)
+def executors_run_this_python(request):
+    """The executors read the slices, so their Python workers need confluent-kafka and
+    this project: this interpreter's. A local driver started from Python gives its
+    workers `PYSPARK_PYTHON`, else whatever `python3` is on the PATH."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    context = request.getfixturevalue("spark").sparkContext
+    before, context.pythonExec = context.pythonExec, sys.executable
+    yield
+    context.pythonExec = before
+
+
+def kafka_job(bootstrap_servers: str, topic: str, transform=None, **source_settings) -> IngestionJob:
+    source = KafkaSource(bootstrap_servers, [topic], **{"timeout_s": 5.0, **source_settings})
+    return IngestionJob("raw_messages", source, KafkaOffsetPlanner(),
+                        TargetTable("raw_messages", KEY, MESSAGES), transform=transform)
+
+
+def table_rows(spark, plane, warehouse) -> list[tuple]:
+    table = VersionedTable(spark, plane, "raw_messages", KEY, MESSAGES, warehouse=warehouse)
+    return sorted(tuple(r) for r in table.read_actual().select(*MESSAGES.fieldNames()).collect())
+
+
+def logged(plane) -> list[tuple]:
+    return [(r.data_range_start, r.data_range_end, r.status, r.attempt)
+            for r in JobLog(plane).history("raw_messages")]
+
+
+def test_each_partition_of_a_topic_is_ingested_from_its_committed_offset_exactly_once(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("orders", partitions=3)
+    kafka_broker.produce(topic, ["a", "b"], partition=0)
+    kafka_broker.produce(topic, ["c"], partition=1)
+    plane = connect(sqlite_url)
+    ingestion = RangeIngestion(spark, plane, kafka_job(kafka_broker.bootstrap_servers, topic), warehouse)
+
+    (first,) = ingestion.run_pending()
+    assert (first.data_range.start, first.data_range.end, first.rows_read) == (
+        "{}", f'{{"{topic}":{{"0":2,"1":1,"2":0}}}}', 3)
+    kafka_broker.produce(topic, ["d"], partition=0)
+    kafka_broker.produce(topic, ["e"], partition=2)
+    (second,) = ingestion.run_pending()
+    assert (second.data_range.start, second.data_range.end, second.rows_read) == (
+        first.data_range.end, f'{{"{topic}":{{"0":3,"1":1,"2":1}}}}', 2)
+    assert ingestion.run_pending() == []  # nothing new on any partition
+    assert table_rows(spark, plane, warehouse) == [
+        (0, 0, "a"), (0, 1, "b"), (0, 2, "d"), (1, 0, "c"), (2, 0, "e")]
+
+
+def test_a_range_is_read_by_the_executors_one_input_partition_per_topic_partition(
+        kafka_broker, spark):
+    topic = kafka_broker.new_topic("sliced", partitions=3)
+    for partition in range(3):
+        kafka_broker.produce(topic, [f"m{partition}"], partition=partition)
+    source = KafkaSource(kafka_broker.bootstrap_servers, [topic])
+
+    batch = source.read_range(spark, DataRange(RangeKind.KAFKA_OFFSET, "{}", None))
+    plan = batch.df._jdf.queryExecution().executedPlan().toString()
+    assert "BatchScan" in plan and "LocalTableScan" not in plan and "Scan ExistingRDD" not in plan
+    assert batch.df.rdd.getNumPartitions() == 3
+    assert sorted((r.kafka_partition, r.value) for r in batch.df.collect()) == [
+        (0, "m0"), (1, "m1"), (2, "m2")]
+
+
+def test_messages_of_an_aborted_transaction_are_never_ingested(kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("payments")
+    kafka_broker.produce(topic, ["a"])                              # offset 0
+    kafka_broker.transaction(topic, ["x", "y"], commit=False)       # 1, 2, abort marker 3
+    kafka_broker.transaction(topic, ["b"])                          # 4, commit marker 5
+    kafka_broker.produce(topic, ["c"])                              # 6
+    plane = connect(sqlite_url)
+    ingestion = RangeIngestion(spark, plane, kafka_job(kafka_broker.bootstrap_servers, topic), warehouse)
+
+    (result,) = ingestion.run_pending()
+    assert (result.data_range.end, result.rows_read) == (f'{{"{topic}":{{"0":7}}}}', 3)
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (0, 4, "b"), (0, 6, "c")]
+
+
+def test_a_range_ending_on_a_transaction_marker_ends_after_it_and_the_next_range_loses_nothing(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("ledger")
+    kafka_broker.transaction(topic, ["a", "b"])  # 0, 1, commit marker 2
+    plane = connect(sqlite_url)
+    ingestion = RangeIngestion(spark, plane, kafka_job(kafka_broker.bootstrap_servers, topic), warehouse)
+
+    (first,) = ingestion.run_pending()
+    assert first.data_range.end == f'{{"{topic}":{{"0":3}}}}'  # past the marker
+    assert ingestion.run_pending() == []  # the marker alone is not a new message
+    kafka_broker.transaction(topic, ["c"])  # 3, commit marker 4
+    (second,) = ingestion.run_pending()
+    assert (second.data_range.end, second.rows_read) == (f'{{"{topic}":{{"0":5}}}}', 1)
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (0, 1, "b"), (0, 3, "c")]
+    assert [row[:3] for row in logged(plane)] == [
+        ("{}", first.data_range.end, "SUCCESS"), (first.data_range.end, second.data_range.end, "SUCCESS")]
+
+
+def test_a_partition_added_between_ranges_is_read_from_its_earliest_offset(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("growing")
+    kafka_broker.produce(topic, ["a"])
+    plane = connect(sqlite_url)
+    ingestion = RangeIngestion(spark, plane, kafka_job(kafka_broker.bootstrap_servers, topic), warehouse)
+    (first,) = ingestion.run_pending()
+
+    kafka_broker.add_partitions(topic, 2)
+    kafka_broker.produce(topic, ["b", "c"], partition=1)
+    (second,) = ingestion.run_pending()
+    assert (second.data_range.start, second.data_range.end, second.rows_read) == (
+        f'{{"{topic}":{{"0":1}}}}', f'{{"{topic}":{{"0":1,"1":2}}}}', 2)
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (1, 0, "b"), (1, 1, "c")]
+
+
+def test_a_range_whose_start_retention_deleted_fails_naming_the_lost_offsets_and_commits_nothing(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("expiring")
+    kafka_broker.produce(topic, ["a", "b"])
+    plane = connect(sqlite_url)
+    ingestion = RangeIngestion(spark, plane, kafka_job(kafka_broker.bootstrap_servers, topic), warehouse)
+    (first,) = ingestion.run_pending()
+    kafka_broker.produce(topic, ["c", "d", "e"])  # offsets 2, 3, 4
+    kafka_broker.delete_records_before(topic, 0, 4)  # retention: 2 and 3 are gone
+
+    with pytest.raises(IngestionError) as failed:
+        ingestion.run_pending()
+    lost = (f"Kafka topic '{topic}' partition 0: the range starts at offset 2 but the partition now "
+            f"starts at offset 4; offsets 2..3 were deleted (retention) before they were ingested")
+    assert lost in str(failed.value)
+    assert logged(plane) == [("{}", first.data_range.end, "SUCCESS", 1),
+                             (first.data_range.end, None, "FAILURE", 1)]
+    assert lost in JobLog(plane).history("raw_messages")[1].error
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (0, 1, "b")]
+
+
+def test_a_broker_stopped_mid_range_fails_the_range_and_the_retry_commits_it_exactly_once(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("outage", partitions=2)
+    kafka_broker.produce(topic, ["a", "b"], partition=0)
+    kafka_broker.produce(topic, ["c"], partition=1)
+    stops = []
+
+    def stop_the_broker_once(messages):
+        # Called after the driver planned the slices, before the executors read them.
+        if not stops:
+            stops.append(True)
+            kafka_broker.stop()
+        return messages.select(*MESSAGES.fieldNames())
+
+    plane = connect(sqlite_url)
+    job = kafka_job(kafka_broker.bootstrap_servers, topic, stop_the_broker_once, timeout_s=2.0)
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+    try:
+        with pytest.raises(IngestionError) as failed:
+            ingestion.run_pending()
+        # Raised in an executor's Python worker (whichever slice's task failed first):
+        # Spark's error carries it.
+        assert re.search(
+            rf"SourceError: Kafka at {kafka_broker.bootstrap_servers}, topic '{topic}' partition [01] "
+            rf"offsets 0\.\.[12]: nothing read for 2 s at offset 0", str(failed.value.__cause__))
+        assert logged(plane) == [("{}", None, "FAILURE", 1)]
+        assert table_rows(spark, plane, warehouse) == []
+    finally:
+        kafka_broker.start()
+
+    (retry,) = ingestion.run_pending()
+    assert (retry.attempt, retry.rows_read, retry.data_range.end) == (
+        2, 3, f'{{"{topic}":{{"0":2,"1":1}}}}')
+    assert logged(plane) == [("{}", retry.data_range.end, "SUCCESS", 2)]
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (0, 1, "b"), (1, 0, "c")]
+    assert ingestion.run_pending() == []
+
+
+def test_a_topic_that_does_not_exist_is_one_clear_error_and_nothing_is_logged(
+        kafka_broker, spark, sqlite_url, warehouse):
+    plane = connect(sqlite_url)
+    job = kafka_job(kafka_broker.bootstrap_servers, "no-such-topic")
+    with pytest.raises(SourceError) as missing:
+        RangeIngestion(spark, plane, job, warehouse).run_pending()
+    assert str(missing.value) == f"Kafka topic 'no-such-topic' not found at {kafka_broker.bootstrap_servers}"
+    assert logged(plane) == []
+
+
+@pytest.mark.kafka  # needs confluent-kafka, not the broker
+def test_a_broker_that_does_not_answer_is_one_clear_error_and_nothing_is_logged(
+        spark, sqlite_url, warehouse):
+    nobody = f"127.0.0.1:{free_port()}"
+    plane = connect(sqlite_url)
+    job = kafka_job(nobody, "orders", timeout_s=1.0)
+    with pytest.raises(SourceError, match=rf"^Kafka at {nobody} \(topics \['orders'\]\): "):
+        RangeIngestion(spark, plane, job, warehouse).run_pending()
+    assert logged(plane) == []
