@@ -19,7 +19,9 @@ from the UI, and a materialization of a key outside the partitions definition is
 dropped by declarative automation (it never counts as an update of the asset). A
 schedule (`ingestion_schedule.py`) runs each window as it closes. Id, Kafka and upstream
 jobs get dynamic partitions, added by their sensor (`ingestion_sensor.py`), which plans
-the next ranges from job_log and requests a run for the first one. What a run reports
+the next ranges from job_log and requests a run for the first one: a backlog (a first
+load) is one partition per bounded range (`AutoIncrementIdPlanner.max_range_size`), run
+in order, each committed on its own. What a run reports
 is built in `ingestion_report.py`.
 
 Like `incremental_asset`, the body takes its Spark session, control plane and
