@@ -44,9 +44,10 @@ def executors_run_this_python(request):
     context.pythonExec = before
 
 
-def kafka_job(bootstrap_servers: str, topic: str, transform=None, **source_settings) -> IngestionJob:
+def kafka_job(bootstrap_servers: str, topic: str, transform=None, planner=None,
+              **source_settings) -> IngestionJob:
     source = KafkaSource(bootstrap_servers, [topic], **{"timeout_s": 5.0, **source_settings})
-    return IngestionJob("raw_messages", source, KafkaOffsetPlanner(),
+    return IngestionJob("raw_messages", source, planner or KafkaOffsetPlanner(),
                         TargetTable("raw_messages", KEY, MESSAGES), transform=transform)
 
 
@@ -90,10 +91,29 @@ def test_a_range_is_read_by_the_executors_one_input_partition_per_topic_partitio
 
     batch = source.read_range(spark, DataRange(RangeKind.KAFKA_OFFSET, "{}", None))
     plan = batch.df._jdf.queryExecution().executedPlan().toString()
-    assert "BatchScan" in plan and "LocalTableScan" not in plan and "Scan ExistingRDD" not in plan
+    assert "BatchScan offset_assets_kafka_slices" in plan and "(Python)" in plan
+    assert "LocalTableScan" not in plan and "LocalRelation" not in batch.df._jdf.queryExecution().toString()
     assert batch.df.rdd.getNumPartitions() == 3
     assert sorted((r.kafka_partition, r.value) for r in batch.df.collect()) == [
         (0, "m0"), (1, "m1"), (2, "m2")]
+
+
+def test_a_backlog_is_ingested_in_ranges_of_at_most_max_offsets_per_partition(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("backlog", partitions=2)
+    kafka_broker.produce(topic, ["a", "b", "c"], partition=0)
+    kafka_broker.produce(topic, ["d"], partition=1)
+    plane = connect(sqlite_url)
+    job = kafka_job(kafka_broker.bootstrap_servers, topic,
+                    planner=KafkaOffsetPlanner(max_offsets_per_partition=2))
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+
+    (first,) = ingestion.run_pending()
+    (second,) = ingestion.run_pending()
+    assert ingestion.run_pending() == []
+    assert [(r.data_range.end, r.rows_read) for r in (first, second)] == [
+        (f'{{"{topic}":{{"0":2,"1":1}}}}', 3), (f'{{"{topic}":{{"0":3,"1":1}}}}', 1)]
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (0, 1, "b"), (0, 2, "c"), (1, 0, "d")]
 
 
 def test_messages_of_an_aborted_transaction_are_never_ingested(kafka_broker, spark, sqlite_url, warehouse):

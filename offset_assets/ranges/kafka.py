@@ -149,9 +149,12 @@ class KafkaSource:
         return self.watermarks()[1]
 
     def plan(self, data_range: DataRange) -> tuple[list[OffsetSlice], str]:
-        """The range's slices and its end, from the partitions' offsets now."""
+        """The range's slices and its end, from the partitions' offsets now; at most
+        the planner's `max_size` and this source's `max_messages_per_partition` offsets
+        of each partition, the smaller of the two."""
         start = parse_kafka_offsets(data_range.start)
-        slices = plan_slices(start, *self.watermarks(), self.max_messages_per_partition)
+        caps = [c for c in (data_range.max_size, self.max_messages_per_partition) if c is not None]
+        slices = plan_slices(start, *self.watermarks(), min(caps, default=None))
         return slices, slices_end(start, slices)
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
