@@ -7,6 +7,7 @@ not import Dagster (only the Dagster adapter does).
 from __future__ import annotations
 
 from offset_assets.lazy_exports import lazy_getattr
+from offset_assets.ranges import JOB_EXPORTS
 
 _EXPORTS = {
     # errors a caller may catch
@@ -28,16 +29,8 @@ _EXPORTS = {
     "RunMode": "offset_assets.engine.result",
     "ChangeDetection": "offset_assets.engine.transformation",
     # layer 4
-    "IngestionJob": "offset_assets.ranges.ingestion",
-    "TargetTable": "offset_assets.ranges.ingestion",
+    **JOB_EXPORTS,
     "RangeIngestion": "offset_assets.ranges.ingestion",
-    "SqlTableSource": "offset_assets.ranges.sources",
-    "FolderSource": "offset_assets.ranges.sources",
-    "KafkaSource": "offset_assets.ranges.kafka",
-    "TimeWindowPlanner": "offset_assets.ranges.planners",
-    "AutoIncrementIdPlanner": "offset_assets.ranges.planners",
-    "KafkaOffsetPlanner": "offset_assets.ranges.planners",
-    "UpstreamPlanner": "offset_assets.ranges.planners",
     # layer 5
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",
     "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",

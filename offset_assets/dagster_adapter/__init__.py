@@ -5,6 +5,7 @@ Names are resolved lazily, so importing the offset store does not start importin
 from __future__ import annotations
 
 from offset_assets.lazy_exports import lazy_getattr
+from offset_assets.ranges import JOB_EXPORTS
 
 _EXPORTS = {
     # resources
@@ -44,17 +45,7 @@ _EXPORTS = {
     "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
     "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_assets",
     # what an ingestion asset is built from (layer 4, re-exported: a project imports one package)
-    "IngestionJob": "offset_assets.ranges.ingestion",
-    "TargetTable": "offset_assets.ranges.ingestion",
-    "SqlTableSource": "offset_assets.ranges.sources",
-    "FolderSource": "offset_assets.ranges.sources",
-    "KafkaSource": "offset_assets.ranges.kafka",
-    "TimeWindowPlanner": "offset_assets.ranges.planners",
-    "AutoIncrementIdPlanner": "offset_assets.ranges.planners",
-    "KafkaOffsetPlanner": "offset_assets.ranges.planners",
-    "UpstreamPlanner": "offset_assets.ranges.planners",
-    "DataRange": "offset_assets.ranges.planners",
-    "ClaimPolicy": "offset_assets.ranges.claims",
+    **JOB_EXPORTS,
 }
 
 __all__ = sorted(_EXPORTS)

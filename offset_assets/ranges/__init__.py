@@ -25,6 +25,13 @@ _EXPORTS = {
     "RangeResult": "offset_assets.ranges.ingestion",
 }
 
+# What a project declares an ingestion job with; the top level and the Dagster adapter
+# export these too, so a project imports them from the package it already uses.
+JOB_NAMES = ("IngestionJob", "TargetTable", "SqlTableSource", "FolderSource", "KafkaSource",
+             "TimeWindowPlanner", "AutoIncrementIdPlanner", "KafkaOffsetPlanner", "UpstreamPlanner",
+             "DataRange", "ClaimPolicy")
+JOB_EXPORTS = {name: _EXPORTS[name] for name in JOB_NAMES}
+
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
