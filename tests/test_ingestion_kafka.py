@@ -8,7 +8,6 @@ Each test writes a handful of messages to topics of its own and runs ranges with
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 from pyspark.sql import types as T
@@ -29,19 +28,7 @@ MESSAGES = T.StructType([
 ])
 KEY = ["kafka_partition", "kafka_offset"]
 
-
-@pytest.fixture(autouse=True)
-def executors_run_this_python(request):
-    """The executors read the slices, so their Python workers need confluent-kafka and
-    this project: this interpreter's. A local driver started from Python gives its
-    workers `PYSPARK_PYTHON`, else whatever `python3` is on the PATH."""
-    if "spark" not in request.fixturenames:
-        yield
-        return
-    context = request.getfixturevalue("spark").sparkContext
-    before, context.pythonExec = context.pythonExec, sys.executable
-    yield
-    context.pythonExec = before
+pytestmark = pytest.mark.usefixtures("executors_run_this_python")
 
 
 def kafka_job(bootstrap_servers: str, topic: str, transform=None, planner=None,
