@@ -198,7 +198,7 @@ class RangeIngestion:
         planned = pending[0] if pending and pending[0].start == data_range.start else None
         if planned is not None:
             data_range = _as_planned(data_range, planned)
-        if data_range.max_size is None:
+        if data_range.max_size is None:  # a Kafka range from a partition key: the planner's cap
             data_range = replace(data_range, max_size=getattr(self.job.planner,
                                                               "max_offsets_per_partition", None))
         claim = claim_range(
@@ -301,8 +301,6 @@ def _as_planned(requested: DataRange, planned: DataRange) -> DataRange:
         requested = replace(requested, refresh=True)
     if requested.end is None:
         requested = replace(requested, end=planned.end)
-    if requested.max_size is None:
-        requested = replace(requested, max_size=planned.max_size)
     return requested
 
 
