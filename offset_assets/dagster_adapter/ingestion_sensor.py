@@ -21,7 +21,7 @@ from offset_assets.dagster_adapter.ingestion_assets import dagster_run_is_dead, 
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.partitions import range_partition_key, time_partition_key
 from offset_assets.ranges.ingestion import IngestionJob, plan_ranges
-from offset_assets.ranges.planners import DataRange
+from offset_assets.ranges.planners import DataRange, RangeKind
 
 
 def build_ingestion_sensor(
@@ -39,8 +39,9 @@ def build_ingestion_sensor(
     source's max id or offsets; never Spark.
 
     A backlog is planned as bounded ranges (the planner's `max_range_size`): each gets its
-    partition at the first tick, and a tick requests the next range only once the one
-    before has committed, so a backlog advances one range per tick at most
+    partition at the first tick (a partial last one once it is next: its end follows the
+    source until then), and a tick requests the next range only once the one before has
+    committed, so a backlog advances one range per tick at most
     (`minimum_interval_seconds`)."""
     partitions_def = assets_def.partitions_def
     if not isinstance(partitions_def, dg.DynamicPartitionsDefinition):
@@ -84,7 +85,7 @@ def evaluate_ingestion_sensor(
         return dg.SkipReason(f"{job.name}: no new range at the source")
     keys = _range_keys(job, log, pending)
     row = log.get_range(job.name, pending[0].start)
-    new_keys = _missing_keys(keys, partitions_def, instance)
+    new_keys = _missing_keys(keys[:-1] if _tail_moves(pending) else keys, partitions_def, instance)
     requests = [partitions_def.build_add_request(new_keys)] if new_keys else []
     policy = job.claim_policy
     is_dead = policy.is_run_dead or dagster_run_is_dead(instance)
@@ -134,6 +135,21 @@ def _range_keys(job: IngestionJob, log: JobLog, pending: list[DataRange]) -> lis
         # Retry exactly the range that failed (or whose run died), under its own key.
         keys[0] = row.runtime_args_dict.get("partition_key", keys[0])
     return keys
+
+
+def _tail_moves(pending: list[DataRange]) -> bool:
+    """Whether the last range of an id backlog is a partial one waiting behind others: it
+    ends at the max id read now, so its end (and key) moves with every row the source
+    receives until it runs. The sensor adds its partition once it is next, so a growing
+    source leaves no stale partition per tick."""
+    if len(pending) < 2 or pending[-1].kind != RangeKind.AUTO_INC_ID:
+        return False
+    last, before = pending[-1], pending[-2]
+    return _id_span(last) < _id_span(before)
+
+
+def _id_span(data_range: DataRange) -> int:
+    return int(data_range.end or data_range.start) - int(data_range.start)
 
 
 def _missing_keys(keys: list[str], partitions_def: dg.DynamicPartitionsDefinition,
