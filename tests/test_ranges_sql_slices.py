@@ -121,6 +121,7 @@ def test_on_the_standalone_cluster_the_executors_read_the_slices(spark_cluster, 
     assert (story["row_count"], story["end"]) == (800, "900")
     assert story["ids"] == list(range(101, 901))
     assert story["rows_per_slice"] == {"0": 200, "1": 200, "2": 200, "3": 200}
+    assert story["default_slices"] == 3
     # Every slice was read in an executor JVM of a worker, none in the driver.
     assert story["task_jvms"] and all(
         jvm.endswith("org.apache.spark.executor.CoarseGrainedExecutorBackend") for jvm in story["task_jvms"])
@@ -133,5 +134,6 @@ def test_over_spark_connect_the_server_reads_the_slices(connect_server, tmp_path
     assert (story["row_count"], story["end"]) == (800, "900")
     assert story["ids"] == list(range(101, 901))
     assert story["rows_per_slice"] == {"0": 200, "1": 200, "2": 200, "3": 200}
+    assert story["default_slices"] == 3
     # The client has no JVM: the slices were read by the Connect server's tasks.
     assert story["task_jvms"] == [f"{connect_server.process.pid} org.apache.spark.deploy.SparkSubmit"]

@@ -170,7 +170,7 @@ class SqlTableSource:
             end_id = max(self.max_id() or start_id, start_id)
         return column, "id", start_id, end_id, str(end_id)
 
-    def plan_read(self, spark: SparkSession, data_range: DataRange) -> tuple[SlicedRead, str, int]:
+    def _plan_read(self, spark: SparkSession, data_range: DataRange) -> tuple[SlicedRead, str, int]:
         """The range's slices (a Spark-free plan), the end reached and the range's row
         count. Everything that can fail before Spark does here: reflection, a missing
         column, a bad bound."""
@@ -190,7 +190,7 @@ class SqlTableSource:
         return replace(whole, bounds=tuple(slice_bounds(kind, lower, upper, count))), end, rows
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
-        plan, end, rows = self.plan_read(spark, data_range)
+        plan, end, rows = self._plan_read(spark, data_range)
         return SourceBatch(plan.dataframe(spark), end, rows)
 
 

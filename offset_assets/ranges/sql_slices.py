@@ -197,8 +197,8 @@ class SlicedRead:
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         try:
             with source_engine(self.url).connect() as conn:
-                result = conn.execution_options(stream_results=True).execute(self.slice_query(piece))
-                while rows := result.fetchmany(self.fetch_size):
+                result = conn.execution_options(yield_per=self.fetch_size).execute(self.slice_query(piece))
+                for rows in result.partitions():
                     yield self._record_batch(rows, arrow_schema)
         except SQLAlchemyError as exc:
             raise SourceError(
