@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -142,6 +143,16 @@ def check_before_start(master: str | None, remote: str | None) -> None:
         check_endpoint(master)
 
 
+def workers_use_this_python() -> None:
+    """Before a driver of this process starts: Python workers (the executors' side of a
+    range read, a UDF) run this interpreter unless `PYSPARK_PYTHON` names another. Spark's
+    default is `python3` on the PATH, which outside a virtualenv's shell lacks the
+    project's packages (offset_assets, SQLAlchemy, pyarrow), so a source's read failed in
+    its workers with ModuleNotFoundError. The driver JVM inherits the variable when it
+    starts; a cluster whose executors run elsewhere sets it for them (docs/cluster.md)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
 def check_base_settings(requested: Mapping[str, Any]) -> None:
     """Refuse a configuration that asks for another value of a `BASE_CONF` setting,
     rather than override it behind its owner's back."""
@@ -187,6 +198,8 @@ def get_spark_session(
     if not remote:
         master = master or default_spark_master()
     check_before_start(master, remote)
+    if not remote:
+        workers_use_this_python()
     builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master(master)
     builder = builder.appName(app_name)
     defaults = BASE_CONF if remote else {**BASE_CONF, **RUN_COST_CONF}

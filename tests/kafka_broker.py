@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -171,14 +170,3 @@ def kafka_broker(tmp_path_factory) -> Iterator[KafkaBroker]:
         yield broker
     finally:
         broker.stop()
-
-
-@pytest.fixture
-def executors_run_this_python(spark) -> Iterator[None]:
-    """Kafka slices are read in the executors' Python workers, which need confluent-kafka
-    and this project: this interpreter. A local driver started from Python gives its
-    workers `PYSPARK_PYTHON`, else whatever `python3` is on the PATH."""
-    context = spark.sparkContext
-    before, context.pythonExec = context.pythonExec, sys.executable
-    yield
-    context.pythonExec = before

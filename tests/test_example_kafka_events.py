@@ -15,8 +15,6 @@ from examples.kafka_events.run import ingest_due_ranges, update_totals
 from offset_assets.config import ENV_DB_URL, ENV_HOME, ENV_WAREHOUSE, default_db_url
 from offset_assets.control_plane import database
 
-pytestmark = pytest.mark.usefixtures("executors_run_this_python")
-
 
 @pytest.fixture
 def state(tmp_path, monkeypatch):

@@ -28,7 +28,6 @@ MESSAGES = T.StructType([
 ])
 KEY = ["kafka_partition", "kafka_offset"]
 
-pytestmark = pytest.mark.usefixtures("executors_run_this_python")
 
 
 def kafka_job(bootstrap_servers: str, topic: str, transform=None, planner=None,

@@ -67,6 +67,7 @@ from offset_assets.spark import (
     check_base_settings,
     check_before_start,
     ensure_base_settings,
+    workers_use_this_python,
 )
 
 # What `IncrementalEngineResource.spark` accepts.
@@ -188,7 +189,10 @@ def check_provider_before_start(provider: SparkProvider) -> None:
                 "spark_config (spark_config_from_environment()) or use SparkSessionResource"
             )
     # pyspark's own variable: a builder without spark.remote still connects to it.
-    check_before_start(master, remote or os.environ.get("SPARK_REMOTE"))
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    check_before_start(master, remote)
+    if not remote:
+        workers_use_this_python()
 
 
 def data_plane_session(provider: SparkProvider) -> SparkSession:
