@@ -197,6 +197,10 @@ def test_a_broker_stopped_mid_range_fails_the_range_and_the_retry_commits_it_exa
             rf"SourceError: Kafka at {kafka_broker.bootstrap_servers}, topic '{topic}' partition [01] "
             rf"offsets 0\.\.[12]: nothing read for 2 s at offset 0", str(failed.value.__cause__))
         assert logged(plane) == [("{}", None, "FAILURE", 1)]
+        # job_log keeps the worker's own error, not "An exception was thrown from the Python worker".
+        assert re.fullmatch(rf".*SourceError: Kafka at {kafka_broker.bootstrap_servers}, topic '{topic}' "
+                            rf"partition [01] offsets 0\.\.[12]: nothing read for 2 s at offset 0.*",
+                            JobLog(plane).history("raw_messages")[0].error)
         assert table_rows(spark, plane, warehouse) == []
     finally:
         kafka_broker.start()

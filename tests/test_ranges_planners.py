@@ -15,7 +15,6 @@ from offset_assets.ranges.planners import (
     check_order,
     committed_pointer,
     kafka_offsets_json,
-    kafka_range_end,
 )
 
 DAY = timedelta(minutes=1440)
@@ -156,14 +155,6 @@ def test_kafka_with_no_new_message_plans_nothing():
     assert KafkaOffsetPlanner().plan([Row("{}", end)], PlanInputs(latest_offsets=latest)) == []
     latest = {"orders": {"0": 120, "1": 3}}  # a partition never read starts at earliest
     assert len(KafkaOffsetPlanner().plan([Row("{}", end)], PlanInputs(latest_offsets=latest))) == 1
-
-
-def test_kafka_end_is_consumed_plus_one_and_keeps_idle_partitions():
-    start = {"orders": {"0": 120, "1": 98}, "refunds": {"0": 7}}
-    consumed = {"orders": {"0": 130}, "payments": {"2": 0}}
-    assert kafka_range_end(start, consumed) == (
-        '{"orders":{"0":131,"1":98},"payments":{"2":1},"refunds":{"0":7}}'
-    )
 
 
 def test_kafka_offsets_json_is_canonical_so_equal_offsets_claim_the_same_range():

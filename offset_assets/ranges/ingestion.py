@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 from sqlalchemy import Connection
@@ -345,5 +346,11 @@ def plan_ranges(job: IngestionJob, log: JobLog, now: datetime | None = None) -> 
 
 
 def _one_line(exc: BaseException) -> str:
+    """What failed, in one line for job_log. An error raised in an executor's Python
+    worker (a source's read) arrives as a PythonException whose first line only says so;
+    its last line is the worker's own error."""
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+    lines = text.splitlines()
+    if isinstance(exc, PythonException) and lines:
+        return lines[-1]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"

@@ -21,7 +21,9 @@ Bounds by type (stored as strings in job_log):
 - time window: [start, end), `YYYYMMDDHHMMSS` in UTC;
 - auto-increment id: (start, end], the last id ingested and the max id read;
 - Kafka: start and end are Spark-style JSON offsets {"topic": {"partition": offset}};
-  the end is the next offset to read (last consumed + 1), so it is the next start;
+  the end is, per partition, the next offset to read: the last stable offset when the
+  range runs (past transaction markers), capped by `max_offsets_per_partition`; it is
+  the next range's start;
 - upstream: the upstream range's own bounds.
 """
 
@@ -336,21 +338,6 @@ def parse_kafka_offsets(text: str) -> dict[str, dict[str, int]]:
         ) from None
 
 
-def kafka_range_end(
-    start: Mapping[str, Mapping[str, int]], consumed: Mapping[str, Mapping[str, int]]
-) -> str:
-    """End offsets of a Kafka range: last consumed offset + 1 per partition read;
-    partitions with no new message keep their start offset (they are never dropped,
-    or the next range would restart them from the earliest offset)."""
-    end: dict[str, dict[str, int]] = {t: dict(parts) for t, parts in start.items()}
-    for topic, parts in consumed.items():
-        for partition, last_offset in parts.items():
-            previous = end.setdefault(topic, {}).get(str(partition))
-            next_offset = int(last_offset) + 1
-            end[topic][str(partition)] = max(next_offset, previous or 0)
-    return kafka_offsets_json(end)
-
-
 def kafka_has_new_messages(
     start: Mapping[str, Mapping[str, int]], latest: Mapping[str, Mapping[str, int]],
     earliest: Mapping[str, Mapping[str, int]] | None = None,
@@ -369,7 +356,8 @@ def kafka_has_new_messages(
 class KafkaOffsetPlanner:
     """One range from the committed offsets (else earliest) to whatever the run consumes.
 
-    The end is decided when the range runs (last consumed + 1), so the next range can only
+    The end is decided when the range runs (each partition's last stable offset, past
+    transaction markers, capped per partition), so the next range can only
     be planned once this one is done. `max_offsets_per_partition` (None: up to the high
     watermark) caps what the run reads of each partition, carried as the range's
     `max_size`: a backlog of a topic becomes several ranges, one after the other.
