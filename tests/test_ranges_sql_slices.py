@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from pyspark.errors import PythonException
 
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, RangeKind
@@ -137,3 +138,18 @@ def test_over_spark_connect_the_server_reads_the_slices(connect_server, tmp_path
     assert story["default_slices"] == 3
     # The client has no JVM: the slices were read by the Connect server's tasks.
     assert story["task_jvms"] == [f"{connect_server.process.pid} org.apache.spark.deploy.SparkSubmit"]
+
+
+def test_a_value_the_column_type_cannot_hold_fails_the_read_naming_the_table_and_column(tmp_path, spark):
+    url = f"sqlite:///{tmp_path / 'loose.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # SQLite keeps text that does not look like a number as text
+        conn.execute(sa.text("CREATE TABLE stock (id INTEGER PRIMARY KEY, price REAL, qty INTEGER)"))
+        conn.execute(sa.text("INSERT INTO stock VALUES (1, 2, 5), (2, 2.5, 'many')"))
+    engine.dispose()
+    source = SqlTableSource(url, "stock", id_column="id")
+    first = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "0", "1"))
+    assert [tuple(row) for row in first.df.collect()] == [(1, 2.0, 5)]
+    both = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "0", "2"))
+    with pytest.raises(PythonException, match="'stock' at .*loose.db: column 'qty' holds a value that is not bigint"):
+        both.df.collect()
