@@ -54,6 +54,8 @@ def test_slice_bounds_cut_a_range_into_increasing_pieces_with_the_range_own_ends
     assert slice_bounds("time", start, end, 3) == [start, start + timedelta(hours=8),
                                                    start + timedelta(hours=16), end]
     assert slice_bounds("time", 100.0, 101.0, 2) == [100.0, 100.5, 101.0]
+    assert slice_bounds("time", start.date(), (start + timedelta(days=2)).date(), 4) == [
+        start.date(), (start + timedelta(days=1)).date(), (start + timedelta(days=2)).date()]
 
 
 def test_slice_count_follows_rows_per_slice_and_uses_every_core_for_a_large_range():
@@ -153,3 +155,21 @@ def test_a_value_the_column_type_cannot_hold_fails_the_read_naming_the_table_and
     both = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "0", "2"))
     with pytest.raises(PythonException, match="'stock' at .*loose.db: column 'qty' holds a value that is not bigint"):
         both.df.collect()
+
+
+def test_a_window_over_a_date_column_read_in_slices_holds_each_day_once(tmp_path, spark):
+    url = f"sqlite:///{tmp_path / 'days.db'}"
+    engine = sa.create_engine(url)
+    meta = sa.MetaData()
+    visits = sa.Table("visits", meta, sa.Column("id", sa.Integer, primary_key=True), sa.Column("day", sa.Date))
+    meta.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(visits.insert(), [{"id": i, "day": (DAY + timedelta(days=i - 1)).date()} for i in range(1, 6)])
+    engine.dispose()
+    # 3 days in 5 slices: the inner bounds fall inside days.
+    source = SqlTableSource(url, "visits", time_column="day", slices=5)
+    batch = source.read_range(spark, DataRange(RangeKind.TIME_WINDOW, "20220101000000", "20220104000000"))
+    assert (batch.row_count, sorted(ids(batch))) == (3, [1, 2, 3])
+    # A window from 06:00 holds the days whose midnight is in it.
+    later = source.read_range(spark, DataRange(RangeKind.TIME_WINDOW, "20220101060000", "20220103000000"))
+    assert (later.row_count, ids(later)) == (1, [2])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -141,8 +141,14 @@ class SqlTableSource:
 
     def _time_bound(self, column: sa.Column, text: str) -> Any:
         moment = parse_time(text)
-        if isinstance(column.type, sa.DateTime | sa.Date):
+        if isinstance(column.type, sa.DateTime):
             return moment
+        if isinstance(column.type, sa.Date):
+            # A day is in [start, end) when its midnight is: compared as a date, since
+            # SQLite compares a date's text with a timestamp's as strings ('2022-01-01' <
+            # '2022-01-01 00:00:00'), which moved a window one day later.
+            day = moment.date()
+            return day if moment == datetime.combine(day, time()) else day + timedelta(days=1)
         if isinstance(column.type, sa.Float | sa.Numeric | sa.Integer):
             return moment.replace(tzinfo=UTC).timestamp()
         raise SourceError(

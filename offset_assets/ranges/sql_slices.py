@@ -88,11 +88,9 @@ def slice_bounds(kind: RangeKind, lower: Any, upper: Any, slices: int) -> list[A
         raise ValueError(f"slices must be at least 1, got {slices}")
     if kind == "id":
         inner = [lower + math.ceil(i * (upper - lower) / slices) for i in range(1, slices)]
-    elif isinstance(lower, datetime):
+    else:  # timestamps, epoch seconds, or dates (a date plus part of a day is that date)
         step = (upper - lower) / slices
         inner = [lower + i * step for i in range(1, slices)]
-    else:  # epoch seconds
-        inner = [lower + i * (upper - lower) / slices for i in range(1, slices)]
     bounds = [lower]
     for bound in [*inner, upper]:
         if bound > bounds[-1]:
