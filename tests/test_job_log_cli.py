@@ -108,3 +108,19 @@ def test_the_progress_of_time_windows_is_shown_in_utc(sqlite_url):
     assert progress.startswith(
         "daily: 1 range done, 0 failed, 0 running; windows ingested up to 2022-01-02T00:00:00Z "
         "of 2022-01-05T00:00:00Z; 3 ranges due (planned at ")
+
+
+def test_a_window_ingested_before_it_closed_shows_an_open_end_not_an_empty_range(sqlite_url):
+    log = JobLog(connect(sqlite_url))
+    today = log.claim("daily", "20220102000000", "20220103000000", run_id="run-1",
+                      log_driven_type="timewindow", period=1440, runtime_args={"open_window": True})
+    log.mark_success(today.job_id, "20220102000000")  # end = start: the window stays due
+    closed = log.claim("daily", "20220101000000", "20220102000000", run_id="run-2",
+                       log_driven_type="timewindow", period=1440, refresh=True)
+    log.mark_success(closed.job_id, "20220102000000")
+
+    header, *lines, _, progress = run(sqlite_url, "jobs", "daily").output.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines}
+    assert rows[str(today.job_id)][3:6] == ["2022-01-02T00:00:00Z", "open", "SUCCESS"]
+    assert rows[str(closed.job_id)][3:6] == ["2022-01-01T00:00:00Z", "2022-01-02T00:00:00Z", "SUCCESS"]
+    assert progress == "daily: 2 ranges done, 0 failed, 0 running; windows ingested up to 2022-01-02T00:00:00Z"

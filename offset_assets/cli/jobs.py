@@ -54,13 +54,21 @@ def range_bound(log_driven_type: str | None, bound: str | None) -> str:
     return bound
 
 
+def _end(row: JobRecord) -> str:
+    """A range's end; `open` for a time window ingested before it closed, which job_log
+    records with end = start so that the window stays due (it is not an empty range)."""
+    if row.runtime_args_dict.get("open_window") and row.data_range_end == row.data_range_start:
+        return "open"
+    return range_bound(row.log_driven_type, row.data_range_end)
+
+
 def _row(row: JobRecord, counts: dict[str, int]) -> list[str]:
     return [
         str(row.job_id),
         row.job_name,
         row.log_driven_type or "-",
         range_bound(row.log_driven_type, row.data_range_start),
-        range_bound(row.log_driven_type, row.data_range_end),
+        _end(row),
         row.status,
         str(row.attempt),
         iso_utc(row.job_start_time) if row.job_start_time is not None else "-",
