@@ -11,9 +11,10 @@ import dagster as dg
 import pytest
 
 from examples.kafka_events.definitions import build_definitions
-from examples.kafka_events.run import ingest_due_ranges, update_totals
+from examples.kafka_events.run import update_totals
 from offset_assets.config import ENV_DB_URL, ENV_HOME, ENV_WAREHOUSE, default_db_url
 from offset_assets.control_plane import database
+from offset_assets.dagster_adapter import ingest_due_ranges
 
 
 @pytest.fixture
@@ -43,15 +44,15 @@ def test_order_events_are_ingested_range_by_range_and_totals_follow_only_the_cha
     send_orders(kafka_broker, topic, (1, 7, 1000), (2, 8, 500))
     send_orders(kafka_broker, topic, (3, 7, 250), partition=1)
     with dg.instance_for_test() as instance:
-        assert ingest_due_ranges(defs, instance) == ["kafka:earliest"]
+        assert ingest_due_ranges(defs, "order_events", instance) == ["kafka:earliest"]
         first = update_totals(defs, instance)
         assert totals(defs) == {7: (2, 1250), 8: (1, 500)}
         assert first["processed_keys"] == 2
 
         # Customer 9's first order and one more of 8's; customer 7 is not read again.
         send_orders(kafka_broker, topic, (4, 9, 300), (5, 8, 100), partition=1)
-        assert ingest_due_ranges(defs, instance) == [f"kafka:{topic}/0@2,{topic}/1@1"]
+        assert ingest_due_ranges(defs, "order_events", instance) == [f"kafka:{topic}/0@2,{topic}/1@1"]
         second = update_totals(defs, instance)
         assert totals(defs) == {7: (2, 1250), 8: (2, 600), 9: (1, 300)}
         assert (second["changed_keys"], second["processed_keys"]) == (2, 2)
-        assert ingest_due_ranges(defs, instance) == []
+        assert ingest_due_ranges(defs, "order_events", instance) == []

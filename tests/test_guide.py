@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from examples.first_pipeline import definitions as example
-from examples.first_pipeline.run import ingest_customers, ingest_new_orders, run_transformations
+from examples.first_pipeline.run import ingest_customers, run_transformations
 from examples.first_pipeline.source import change_source, create_source
 from offset_assets.cli import main as cli
 from offset_assets.config import ENV_DB_URL, ENV_HOME, ENV_WAREHOUSE, default_db_url
 from offset_assets.control_plane import database
-from offset_assets.dagster_adapter import RESET_TAG
+from offset_assets.dagster_adapter import RESET_TAG, ingest_due_ranges
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "guide.md"
@@ -100,7 +100,7 @@ def test_the_guides_story_recomputes_only_the_affected_keys_and_equals_a_recompu
     with dg.instance_for_test() as instance:
         # Rows stamped in today's window whenever the test runs (past midnight too).
         create_source(url, at=today.replace(tzinfo=UTC).timestamp())
-        assert ingest_new_orders(defs, instance) == ["id:0-6"]
+        assert ingest_due_ranges(defs, "orders", instance) == ["id:0-6"]
         assert ingest_customers(defs, instance, day)["rows_upserted"] == 4
         first = run_transformations(defs, instance)
         assert revenue_table(defs) == revenue_from_scratch(url) == {
@@ -112,7 +112,7 @@ def test_the_guides_story_recomputes_only_the_affected_keys_and_equals_a_recompu
 
         # Bob moves from FR to DE, Eve (ES) joins; Eve's first order and one more of Ann's.
         change_source(url, at=today.replace(tzinfo=UTC).timestamp() + 60)
-        assert ingest_new_orders(defs, instance) == ["id:6-8"]
+        assert ingest_due_ranges(defs, "orders", instance) == ["id:6-8"]
         # Bob's new row and Eve's; the three customers that did not change create no version.
         ingested = ingest_customers(defs, instance, day)
         assert (ingested["rows_read"], ingested["rows_upserted"], ingested["rows_unchanged"]) == (5, 2, 3)

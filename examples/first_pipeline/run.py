@@ -7,27 +7,9 @@ from typing import Any
 
 import dagster as dg
 
+from offset_assets.dagster_adapter import ingest_due_ranges
+
 from .definitions import OFFSET_CHECKS, TRANSFORMATIONS, defs
-
-
-def ingest_new_orders(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[str]:
-    """What `orders_ranges_sensor` does under the daemon: evaluate it, add the id-range
-    partitions it requests, materialize the range it asks for; until nothing is due."""
-    sensor = defs.resolve_sensor_def("orders_ranges_sensor")
-    orders = defs.get_assets_def("orders")
-    ingested = []
-    while True:
-        # The sensor reads the control plane and the source only: no Spark.
-        with dg.build_sensor_context(instance=instance,
-                                     resources={"offset_store": defs.resources["offset_store"]}) as context:
-            tick = sensor(context)
-        if isinstance(tick, dg.SkipReason) or not tick.run_requests:
-            return ingested
-        for request in tick.dynamic_partitions_requests:
-            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        key = tick.run_requests[0].partition_key
-        dg.materialize([orders], partition_key=key, instance=instance, resources=defs.resources)
-        ingested.append(key)
 
 
 def ingest_customers(defs: dg.Definitions, instance: dg.DagsterInstance, day: str) -> dict[str, Any]:
@@ -52,7 +34,7 @@ def run_transformations(defs: dg.Definitions, instance: dg.DagsterInstance,
 
 
 def run_once(defs: dg.Definitions, instance: dg.DagsterInstance, day: str) -> dict[str, dict[str, Any]]:
-    ingest_new_orders(defs, instance)
+    ingest_due_ranges(defs, "orders", instance)  # what orders_ranges_sensor does under the daemon
     ingest_customers(defs, instance, day)
     return run_transformations(defs, instance)
 

@@ -4,26 +4,9 @@ it once against the Dagster instance of DAGSTER_HOME."""
 
 import dagster as dg
 
+from offset_assets.dagster_adapter import ingest_due_ranges
+
 from .definitions import customer_totals, defs
-
-
-def ingest_due_ranges(defs: dg.Definitions, instance: dg.DagsterInstance) -> list[str]:
-    """Evaluate `order_events_ranges_sensor`, add the range partition it requests and
-    materialize it; until no range is due. The partition keys ingested, in order."""
-    sensor = defs.resolve_sensor_def("order_events_ranges_sensor")
-    order_events = defs.get_assets_def("order_events")
-    ingested = []
-    while True:
-        with dg.build_sensor_context(instance=instance,
-                                     resources={"offset_store": defs.resources["offset_store"]}) as context:
-            tick = sensor(context)
-        if isinstance(tick, dg.SkipReason) or not tick.run_requests:
-            return ingested
-        for request in tick.dynamic_partitions_requests:
-            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        key = tick.run_requests[0].partition_key
-        dg.materialize([order_events], partition_key=key, instance=instance, resources=defs.resources)
-        ingested.append(key)
 
 
 def update_totals(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[str, object]:
@@ -36,5 +19,5 @@ def update_totals(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[st
 
 if __name__ == "__main__":
     with dg.DagsterInstance.get() as current:
-        print("ingested", ingest_due_ranges(defs, current))
+        print("ingested", ingest_due_ranges(defs, "order_events", current))
         print("customer_totals", update_totals(defs, current))

@@ -43,6 +43,7 @@ _EXPORTS = {
     "build_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
     "build_ingestion_schedule": "offset_assets.dagster_adapter.ingestion_schedule",
     "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
+    "ingest_due_ranges": "offset_assets.dagster_adapter.ingestion_sensor",
     "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_assets",
     # what an ingestion asset is built from (layer 4, re-exported: a project imports one package)
     **JOB_EXPORTS,

@@ -17,7 +17,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
-from offset_assets.dagster_adapter.ingestion_assets import dagster_run_is_dead, ingestion_job
+from offset_assets.dagster_adapter.ingestion_assets import dagster_run_is_dead, ingestion_job, ingestion_job_of
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.partitions import range_partition_key, time_partition_key
 from offset_assets.ranges.ingestion import IngestionJob, plan_ranges
@@ -169,3 +169,31 @@ def _state_stamp(job: IngestionJob, plane: ControlPlane) -> str:
     spec = DeltaCatalog(plane).register_table(target.name, list(target.primary_key),
                                               target.schema.json())
     return datetime.fromtimestamp(spec.created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def ingest_due_ranges(defs: dg.Definitions, asset: str | dg.AssetKey,
+                      instance: dg.DagsterInstance) -> list[str]:
+    """Ingest every due range of the ingestion asset `asset`, one after the other, as its
+    sensor and the daemon would: what a script, a notebook or a test does without the
+    daemon (a first load, a catch-up). Each round plans the due ranges
+    (`plan_range_partitions`: job_log and the source, adding the partitions the instance
+    lacks) and materializes the first, so a failed range is retried first and a range's
+    end is read when it runs. Returns the partition keys ingested, in order; a failed
+    range raises (it is logged FAILURE and retried by the next call). The control plane
+    is the one of the Definitions' `offset_store` resource."""
+    assets_def = defs.get_assets_def(asset)
+    job = ingestion_job_of(assets_def)
+    if job is None:
+        raise dg.DagsterInvalidDefinitionError(f"{assets_def.key.to_user_string()} is not an ingestion asset")
+    offset_store = defs.resources.get("offset_store")
+    if not isinstance(offset_store, OffsetStore):
+        raise dg.DagsterInvalidDefinitionError("the Definitions have no OffsetStore under the key offset_store")
+    plane = offset_store.control_plane()
+    ingested: list[str] = []
+    # A window still open stays due after its run (it is ingested whole once closed): once
+    # it comes round again, what is due now has been ingested.
+    while (keys := plan_range_partitions(job, assets_def.partitions_def, plane, instance)) \
+            and keys[0] not in ingested:
+        dg.materialize([assets_def], partition_key=keys[0], instance=instance, resources=defs.resources)
+        ingested.append(keys[0])
+    return ingested
