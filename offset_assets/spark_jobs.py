@@ -13,6 +13,9 @@ tags add up, so counters nest (an outer counter still sees the jobs of an inner 
 and a caller's own job group is left alone. Tags are per thread, like job groups: jobs
 started by other Python threads are not counted; jobs Spark SQL starts on its own
 threads for a query (broadcasts, subqueries) inherit the tag and are.
+
+`spark_context` and `tagged_jobs` are the same two steps for a caller that tags jobs
+itself (a run's profile, `engine/profile.py`): tag, then one status-store read at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from py4j.protocol import Py4JJavaError
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from offset_assets.errors import OffsetAssetsError
@@ -70,6 +74,45 @@ class SparkJobCounter:
         return "\n".join(str(job) for job in self.jobs) or "no Spark job"
 
 
+@dataclass(frozen=True)
+class TaggedJob:
+    """A job as the status store keeps it: its id, its name (the call site of its last
+    stage, e.g. `collect at .../keys.py:206`), its wall time from submission to
+    completion (None when the store has no times for it) and its job tags."""
+
+    job_id: int
+    name: str
+    seconds: float | None
+    tags: frozenset[str]
+
+
+def spark_context(spark: SparkSession) -> SparkContext | None:
+    """The session's SparkContext; None over Spark Connect, whose client has none (nor
+    a status store to read jobs from)."""
+    try:
+        return spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect raises its own not-implemented error here
+        return None
+
+
+def tagged_jobs(sc: SparkContext, tag: str) -> list[TaggedJob]:
+    """Every job that carried `tag`, oldest first, from the status store: no Spark job,
+    one JVM call for the ids and a few per job. Raises `SparkJobCountError` when the
+    store may have forgotten some (more jobs than `spark.ui.retainedJobs`)."""
+    jsc = sc._jsc.sc()
+    store = jsc.statusStore()
+    jobs = []
+    for job_id in _job_ids_with_tag(sc, tag):
+        try:
+            data = store.job(job_id)
+        except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
+            jobs.append(TaggedJob(job_id, "", None, frozenset({tag})))
+            continue
+        tags = frozenset(str(data.jobTags().mkString(",")).split(","))
+        jobs.append(TaggedJob(job_id, str(data.name()), _seconds(data), tags))
+    return jobs
+
+
 @contextmanager
 def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
     """Count the Spark jobs started in the block by the current thread (see module doc).
@@ -77,12 +120,11 @@ def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
     The counter is filled on exit, also when the block raises. Needs a classic session:
     a Spark Connect client has no SparkContext to tag jobs or read the status store.
     """
-    try:
-        sc = spark.sparkContext
-    except Exception as exc:  # Spark Connect raises its own not-implemented error here
+    sc = spark_context(spark)
+    if sc is None:
         raise SparkJobCountError(
             f"counting Spark jobs needs a classic Spark session with a SparkContext, not {type(spark).__module__}"
-        ) from exc
+        )
     counter = SparkJobCounter(f"{TAG_PREFIX}{uuid.uuid4().hex}")
     sc.addJobTag(counter.tag)
     try:
@@ -92,18 +134,26 @@ def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
         counter.jobs = _jobs_with_tag(spark, counter.tag)
 
 
-def _jobs_with_tag(spark: SparkSession, tag: str) -> list[SparkJob]:
-    jsc = spark.sparkContext._jsc.sc()
+def _job_ids_with_tag(sc: SparkContext, tag: str) -> list[int]:
+    jsc = sc._jsc.sc()
     # Job events reach the status store through the asynchronous listener bus: wait
     # until it has delivered everything posted so far, or recent jobs would be missed.
     jsc.listenerBus().waitUntilEmpty(LISTENER_WAIT_MS)
-    job_ids = sorted(int(job_id) for job_id in jsc.statusTracker().getJobIdsForTag(tag))
-    retained = int(spark.sparkContext.getConf().get(RETAINED_JOBS_CONF, str(DEFAULT_RETAINED_JOBS)))
+    # The ids as one string: reading a Java array from Python is a JVM call per element.
+    listed = str(sc._jvm.java.util.Arrays.toString(jsc.statusTracker().getJobIdsForTag(tag)))
+    job_ids = sorted(int(job_id) for job_id in listed.strip("[]").split(",") if job_id.strip())
+    retained = int(sc.getConf().get(RETAINED_JOBS_CONF, str(DEFAULT_RETAINED_JOBS)))
     if len(job_ids) >= retained:
         raise SparkJobCountError(
             f"{len(job_ids)} jobs counted under tag {tag!r}, the status store keeps only "
             f"{RETAINED_JOBS_CONF}={retained}: raise it to count a block this large"
         )
+    return job_ids
+
+
+def _jobs_with_tag(spark: SparkSession, tag: str) -> list[SparkJob]:
+    jsc = spark.sparkContext._jsc.sc()
+    job_ids = _job_ids_with_tag(spark.sparkContext, tag)
     tracker = spark.sparkContext.statusTracker()
     jobs = []
     for job_id in job_ids:
@@ -121,6 +171,10 @@ def _job_seconds(jsc, job_id: int) -> float | None:
         data = jsc.statusStore().job(job_id)
     except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
         return None
+    return _seconds(data)
+
+
+def _seconds(data) -> float | None:  # noqa: ANN001 - a py4j JobData
     submitted, completed = data.submissionTime(), data.completionTime()
     if not (submitted.isDefined() and completed.isDefined()):
         return None

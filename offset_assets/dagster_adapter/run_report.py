@@ -9,8 +9,9 @@ reporting reads neither the control plane nor Spark. `run_events` turns it into 
 events of an asset body (a materialization per output that committed a version, an
 observation otherwise); `report_output` does the same for the IO manager's
 `handle_output`. `run_metadata(result)` is the flat, typed entries (`rows_read.posts`,
-`offset_after.posts`, ...) the Dagster UI plots across materializations; `run_summary`
-is the same run in a few Markdown lines.
+`offset_after.posts`, ...) the Dagster UI plots across materializations, and the run's
+profile (`profile`: where its time went, by phase); `run_summary` is the same run in a
+few Markdown lines.
 
 What an asset declares before any run is `asset_spec.py`; how a run is started and
 driven is `invocation.py`.
@@ -139,7 +140,9 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
     named apart: `run_started_at`/`run_finished_at` are
     the run's wall clock; `inputs_committed_up_to` is the snapshot's commit clock (the
     keys' process_ts): the run read every input commit up to it, which on a quiet input
-    is long before the run."""
+    is long before the run. `profile` is where the run's time went (per phase the
+    driver's seconds and the Spark jobs started), `profile.spark_jobs` the run's Spark
+    jobs (left out over Spark Connect, where they are not counted)."""
     metadata: dict[str, dg.MetadataValue] = {
         "mode": dg.MetadataValue.text(str(result.mode)),
         "change_detection": dg.MetadataValue.text(str(result.change_detection)),
@@ -190,6 +193,10 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
         metadata["errors"] = dg.MetadataValue.md(
             "\n".join(f"- `{error.splitlines()[0][:300]}`" for error in result.errors)
         )
+    if result.profile is not None:
+        metadata["profile"] = dg.MetadataValue.md(result.profile.markdown())
+        if result.spark_jobs is not None:
+            metadata["profile.spark_jobs"] = dg.MetadataValue.int(result.spark_jobs)
     metadata["summary"] = dg.MetadataValue.md(run_summary(result, reset_reason))
     return metadata
 
@@ -217,7 +224,7 @@ def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
         f"**{label}** run of `{result.transformation_id}` ({result.change_detection}, "
         f"commit {result.commit_mode}): processed {result.processed_keys} of "
         f"{result.changed_keys} changed key(s) in {result.batches} batch(es), "
-        f"{result.failed_keys} failed{_waiting_text(result)}, in {result.duration_s:.1f} s.",
+        f"{result.failed_keys} failed{_waiting_text(result)}, in {result.duration_s:.1f} s{_jobs_text(result)}.",
         f"Read the inputs as committed up to {iso_utc(result.process_ts)}.",
     ]
     if reset_reason is not None and result.offsets_reset:
@@ -237,6 +244,10 @@ def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
     if written:
         lines += ["", f"Output: {written}."]
     return "\n".join(lines)
+
+
+def _jobs_text(result: RunResult) -> str:
+    return "" if result.spark_jobs is None else f" and {result.spark_jobs} Spark job(s)"
 
 
 def _waiting_text(result: RunResult) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from offset_assets.engine.profile import RunProfile
 from offset_assets.engine.transformation import ChangeDetection
 
 
@@ -32,9 +33,10 @@ KeySource = ChangeDetection | Literal["explicit", "reprocess_all"]
 class RunResult:
     """What one run of a transformation did: its mode, the keys it found, processed and
     failed, the rows it read per input and wrote or deleted per output, the deltas it
-    committed, and each input's offset before and after (a ChangeList grown into a
-    report). Returned by `IncrementalEngine.run_full` and `run_changelist`; the Dagster
-    adapter turns it into materialization metadata."""
+    committed, each input's offset before and after (a ChangeList grown into a
+    report), and where its time went (`profile`). Returned by
+    `IncrementalEngine.run_full` and `run_changelist`; the Dagster adapter turns it into
+    materialization metadata."""
 
     transformation_id: str
     run_id: str
@@ -72,11 +74,20 @@ class RunResult:
     # Wall clock (epoch seconds) of the run's start (lease taken) and of its finish.
     started_at: float | None = None
     finished_at: float | None = None
+    # Where the time went: the driver's wall time and the Spark jobs by phase (`profile.py`);
+    # None for a run that did not start (nothing to do).
+    profile: RunProfile | None = None
 
     @property
     def succeeded(self) -> bool:
         """No batch failed (a failed batch of deletions only counts no failed key)."""
         return self.batches_failed == 0
+
+    @property
+    def spark_jobs(self) -> int | None:
+        """The Spark jobs the run started (its profile's count); None when they were not
+        counted (Spark Connect) or the run did not start."""
+        return self.profile.job_count if self.profile is not None else None
 
     def failure_text(self) -> str:
         """The failed batches in one line: keys the function failed for, deletions of
@@ -122,4 +133,5 @@ class RunResult:
             f"read={self.rows_read} written={self.rows_written} deleted={self.rows_deleted}; "
             f"offsets {self.offsets_before} -> {self.offsets_after}; "
             f"batches={self.batches} in {self.duration_s:.1f}s"
+            f"{'' if self.spark_jobs is None else f', {self.spark_jobs} Spark job(s)'}"
         )

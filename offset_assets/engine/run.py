@@ -42,6 +42,7 @@ from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, sele
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
+from offset_assets.engine.profile import Profiler
 from offset_assets.engine.result import RunMode, RunResult
 from offset_assets.engine.state import RunEngine, RunState
 from offset_assets.engine.transformation import ChangeDetection, Transformation, change_detection_of
@@ -80,13 +81,20 @@ class TransformationRun:
         self._finished = False
         self._started = 0.0
         self._started_at: float | None = None
+        self._profiler: Profiler | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
     def __enter__(self) -> TransformationRun:
         self._started = time.monotonic()
         self._started_at = time.time()
-        self._keeper.__enter__()
+        self._profiler = profiler = Profiler.start(self.spark)
+        try:
+            with profiler.phase("open"):
+                self._keeper.__enter__()
+        except BaseException:
+            profiler.stop()
+            raise
         try:
             self._open()
         except BaseException:
@@ -105,9 +113,29 @@ class TransformationRun:
             # Files of an unfinished end-mode run are garbage: discard them now rather than
             # leave them to the next run.
             self._writer.discard()
+        if not self._finished and log.isEnabledFor(logging.DEBUG):
+            log.debug("profile of unfinished run %s of %s: %s", self.run_id, self.t.transformation_id,
+                      self._profiler.finish().describe())
+        self._profiler.stop()
         self._keeper.__exit__(None, None, None)
 
     def _open(self) -> None:
+        with self._profiler.phase("open"):
+            self._read_state()
+        with self._profiler.phase("changed_index"):
+            selected = select_keys(self.t, self.meta, self.state, self._explicit_keys, self.engine.pushdown_limit,
+                                   self.engine.driver_keys_limit)
+        self._keys = selected.keys
+        self._loader = InputLoader(self.t, self.state.snapshot.deltas, selected.deltas_read,
+                                   selected.keys.marked_by if isinstance(selected.keys, LocalKeys) else {},
+                                   self._reads)
+        self.batch_sizes = selected.keys.batch_sizes()
+        self._batch_min_ts = selected.keys.batch_min_ts()
+        self.batches: list[int] = sorted(self.batch_sizes)
+        self.result.changed_keys = sum(self.batch_sizes.values())
+        self.result.batches = len(self.batches)
+
+    def _read_state(self) -> None:
         t = self.t
         self.meta = meta_table(self.spark, self.engine.plane, t)
         # We hold the lease: a hot delta an earlier run of t left belongs to a crashed run.
@@ -130,17 +158,6 @@ class TransformationRun:
         self.result.input_commit_ts = dict(state.snapshot_commit_ts)
         self.result.reprocess_requested_at = state.requested_at
         self._writer = OutputWriter(t, self.holder, self.run_id, self._reads, self.meta, self.result)
-        selected = select_keys(t, self.meta, state, self._explicit_keys, self.engine.pushdown_limit,
-                               self.engine.driver_keys_limit)
-        self._keys = selected.keys
-        self._loader = InputLoader(t, state.snapshot.deltas, selected.deltas_read,
-                                   selected.keys.marked_by if isinstance(selected.keys, LocalKeys) else {},
-                                   self._reads)
-        self.batch_sizes = selected.keys.batch_sizes()
-        self._batch_min_ts = selected.keys.batch_min_ts()
-        self.batches: list[int] = sorted(self.batch_sizes)
-        self.result.changed_keys = sum(self.batch_sizes.values())
-        self.result.batches = len(self.batches)
 
     def _mode(self, state: RunState) -> RunMode:
         """A full run fulfilling a reprocess (a backfill's, or a pending request it works
@@ -178,7 +195,8 @@ class TransformationRun:
         (`loading.InputLoader`: reference inputs only for the join values found)."""
         counted = self._counting_input()
         before = self.result.rows_read.get(counted, 0) if counted is not None else 0
-        frames = self._loader.frames(self._batch(batch), self._persist, self.result)
+        with self._profiler.phase("input_reads"):
+            frames = self._loader.frames(self._batch(batch), self._persist, self.result)
         if counted is not None:
             self._keys_present[batch] = self.result.rows_read.get(counted, 0) - before
         return frames
@@ -206,7 +224,8 @@ class TransformationRun:
         """Run `func` on the batch and hand its outputs on; False when the batch failed."""
         frames = self.input_frames(batch)
         try:
-            produced = func(**frames)
+            with self._profiler.phase("function"):
+                produced = func(**frames)
         except Exception as exc:  # noqa: BLE001 - a failing batch is recorded, not fatal
             self.record_failure(batch, exc)
             return False
@@ -217,8 +236,9 @@ class TransformationRun:
         commit them). An output the function got wrong fails the batch, not the run."""
         shuffled = isinstance(self._keys, DistributedKeys) and self._keys.shuffled
         try:
-            outputs = self._writer.evaluate(produced, self._persist)
-            hots = self._writer.write(self._batch(batch), outputs, shuffled)
+            with self._profiler.phase("output_write"):
+                outputs = self._writer.evaluate(produced, self._persist)
+                hots = self._writer.write(self._batch(batch), outputs, shuffled)
         except Exception as exc:  # noqa: BLE001 - errors of the user's function surface here
             self.record_failure(batch, exc)
             return False
@@ -261,8 +281,9 @@ class TransformationRun:
                 batch: int | None, final: bool = False) -> None:
         plan = plan_commit(self.state, self.lease_holder, self.t.commit_mode, self._batch_min_ts, batch,
                            first=not self._first_commit_done, final=final)
-        committed = commit_batches(self.engine.plane, plan, hots, self.meta, meta, self.state.snapshot.process_ts,
-                                   self.holder, self.run_id)
+        with self._profiler.phase("commit"):
+            committed = commit_batches(self.engine.plane, plan, hots, self.meta, meta,
+                                       self.state.snapshot.process_ts, self.holder, self.run_id)
         self._first_commit_done = True
         for hot in committed:
             self.result.add_delta(hot.table.name, hot.delta_num)
@@ -278,6 +299,9 @@ class TransformationRun:
         else:
             self._commit([], [], None, final=True)
         self._finished = True
+        self.result.profile = self._profiler.finish()
+        log.debug("profile of run %s of %s: %s", self.run_id, self.t.transformation_id,
+                  self.result.profile.describe())
         # The stored offsets now, without reading them back: we hold the lease, so only our
         # commits changed them (offsets_before is empty when the first commit reset them).
         self.result.offsets_after = {**self.state.offsets_before, **self.result.offsets_after}

@@ -1,0 +1,219 @@
+"""Where a run's time goes: the driver's wall time by phase and the Spark jobs each
+phase started, recorded while the run goes and read once at its end.
+
+    profiler = Profiler.start(spark)
+    with profiler.phase("changed_index"):
+        ...
+    profile = profiler.finish()      # a RunProfile: into the RunResult, the log, the report
+
+A phase is a named stretch of the driver's work (`PHASES` lists the engine's). Its time
+is its own: a phase entered inside another stops the outer one's clock until it ends,
+so the phases and `other` (the time outside every phase) add up to the run's wall time.
+
+Jobs are attributed with Spark job tags, like `count_spark_jobs` (`spark_jobs.py`): a tag
+for the whole run, and one for the phase under way (an inner phase swaps its tag for the
+outer's, so a job carries exactly one); at the end, one status-store read finds the
+run's jobs and each one's phase. Profiling starts no Spark job: a few JVM calls per
+phase entered and a few per job read at the end. Tags are per thread: jobs other Python
+threads start are not the run's (nor counted by `count_spark_jobs`).
+
+Over Spark Connect the client has no SparkContext to tag jobs with or status store to
+read: the profile then has the driver's times only and says its jobs were not counted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from offset_assets.spark_jobs import SparkJobCountError, TaggedJob, spark_context, tagged_jobs
+
+TAG_PREFIX = "offset-assets-run-"
+# The engine's phases (`run.py`), in the order a run enters them.
+PHASES = ("open", "changed_index", "input_reads", "function", "output_write", "commit")
+OTHER = "other"  # time and jobs outside every phase (e.g. between the IO manager's calls)
+NOT_COUNTED_CONNECT = "Spark Connect: the client has no status store to read jobs from"
+
+
+@dataclass(frozen=True)
+class ProfiledJob:
+    """One Spark job of a run: the phase that started it, the call site Spark names it
+    after and its wall time from submission to completion (None when unknown)."""
+
+    job_id: int
+    phase: str
+    name: str
+    seconds: float | None
+
+    def __str__(self) -> str:
+        took = "?" if self.seconds is None else f"{self.seconds:.3f} s"
+        return f"job {self.job_id} [{self.phase}] {took}: {self.name or '(no name)'}"
+
+
+@dataclass(frozen=True)
+class PhaseProfile:
+    """One phase's driver wall time (its own, without inner phases) and the Spark jobs
+    it started (None when jobs were not counted) with their summed wall time."""
+
+    name: str
+    seconds: float
+    jobs: int | None
+    job_seconds: float | None
+
+
+@dataclass(frozen=True)
+class RunProfile:
+    """Where a run's time went: per phase (`other` last: outside every phase) the
+    driver's wall time and the Spark jobs, and each job with its phase.
+
+    `wall_s` is the run's wall time up to reading the profile; the phases add up to
+    it. `jobs_counted` is False when the jobs could not be read (`not_counted` says
+    why: Spark Connect, or more jobs than the status store keeps); `jobs` is then
+    empty. `status_store_s` is what reading the jobs cost the driver."""
+
+    wall_s: float
+    phases: tuple[PhaseProfile, ...]
+    jobs: tuple[ProfiledJob, ...] = ()
+    jobs_counted: bool = True
+    not_counted: str | None = None
+    status_store_s: float = 0.0
+
+    @property
+    def job_count(self) -> int | None:
+        return len(self.jobs) if self.jobs_counted else None
+
+    def phase(self, name: str) -> PhaseProfile | None:
+        return next((phase for phase in self.phases if phase.name == name), None)
+
+    def markdown(self) -> str:
+        """A table a person reads: one row per phase, then the total."""
+        lines = ["| phase | driver s | Spark jobs | jobs' s |", "|---|---|---|---|"]
+        for phase in self.phases:
+            lines.append(f"| {phase.name} | {phase.seconds:.3f} | {_text(phase.jobs)} | "
+                         f"{_text(phase.job_seconds, '.3f')} |")
+        job_seconds = sum(job.seconds or 0.0 for job in self.jobs) if self.jobs_counted else None
+        lines.append(f"| **total** | {self.wall_s:.3f} | {_text(self.job_count)} | {_text(job_seconds, '.3f')} |")
+        if not self.jobs_counted:
+            lines += ["", f"Spark jobs not counted: {self.not_counted}."]
+        return "\n".join(lines)
+
+    def describe(self) -> str:
+        """Phases, then one line per job: for the debug log and benchmark reports."""
+        phases = ", ".join(f"{phase.name} {phase.seconds:.3f} s/{_text(phase.jobs)} jobs" for phase in self.phases)
+        head = f"{self.wall_s:.3f} s, {_text(self.job_count)} Spark jobs: {phases}"
+        if not self.jobs_counted:
+            return f"{head}; jobs not counted: {self.not_counted}"
+        return "\n".join([head, *(f"  {job}" for job in self.jobs)])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The profile as JSON-ready values (benchmark reports)."""
+        return {
+            "wall_s": round(self.wall_s, 4),
+            "spark_jobs": self.job_count,
+            "not_counted": self.not_counted,
+            "status_store_s": round(self.status_store_s, 4),
+            "phases": {phase.name: {"seconds": round(phase.seconds, 4), "jobs": phase.jobs,
+                                    "job_seconds": None if phase.job_seconds is None else round(phase.job_seconds, 4)}
+                       for phase in self.phases},
+            "jobs": [{"id": job.job_id, "phase": job.phase, "name": job.name, "seconds": job.seconds}
+                     for job in self.jobs],
+        }
+
+
+def _text(value: float | None, spec: str = "") -> str:
+    return "not counted" if value is None else format(value, spec)
+
+
+@dataclass
+class Profiler:
+    """Records one run's phases (see the module docstring); `finish` reads its jobs."""
+
+    sc: SparkContext | None
+    run_tag: str
+    started: float
+    seconds: dict[str, float] = field(default_factory=dict)
+    _stack: list[str] = field(default_factory=list)
+    _since: float = 0.0
+    _tagging: bool = False
+
+    @classmethod
+    def start(cls, spark: SparkSession) -> Profiler:
+        """Start the run's clock and, on a classic session, tag its jobs."""
+        profiler = cls(spark_context(spark), f"{TAG_PREFIX}{uuid.uuid4().hex}", time.monotonic())
+        if profiler.sc is not None:
+            profiler.sc.addJobTag(profiler.run_tag)
+            profiler._tagging = True
+        return profiler
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Count the block's driver time and Spark jobs as `name`'s (see the module docstring)."""
+        outer = self._stack[-1] if self._stack else None
+        self.seconds.setdefault(name, 0.0)  # phases listed in the order first entered
+        self._switch(outer, name)
+        self._stack.append(name)
+        try:
+            yield
+        finally:
+            self._stack.pop()
+            self._switch(name, outer)
+
+    def _switch(self, leaving: str | None, entering: str | None) -> None:
+        now = time.monotonic()
+        if leaving is not None:
+            self.seconds[leaving] = self.seconds.get(leaving, 0.0) + now - self._since
+        self._since = now
+        if self._tagging and leaving != entering:
+            if leaving is not None:
+                self.sc.removeJobTag(self._phase_tag(leaving))
+            if entering is not None:
+                self.sc.addJobTag(self._phase_tag(entering))
+
+    def _phase_tag(self, name: str) -> str:
+        return f"{self.run_tag}-{name}"
+
+    def finish(self) -> RunProfile:
+        """The run's profile so far, its jobs read from the status store; tagging stops.
+        Call it outside every phase."""
+        wall = time.monotonic() - self.started
+        self.stop()
+        seconds = dict(self.seconds)
+        seconds[OTHER] = max(0.0, wall - sum(seconds.values()))
+        if self.sc is None:
+            return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
+                              jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)
+        reading = time.monotonic()
+        try:
+            jobs = [self._profiled(job) for job in tagged_jobs(self.sc, self.run_tag)]
+        except SparkJobCountError as exc:
+            return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
+                              jobs_counted=False, not_counted=str(exc),
+                              status_store_s=time.monotonic() - reading)
+        counts = Counter(job.phase for job in jobs)
+        phases_profiled = tuple(
+            PhaseProfile(name, s, counts[name], sum(job.seconds or 0.0 for job in jobs if job.phase == name))
+            for name, s in seconds.items())
+        return RunProfile(wall, phases_profiled, tuple(jobs), status_store_s=time.monotonic() - reading)
+
+    def _profiled(self, job: TaggedJob) -> ProfiledJob:
+        prefix = f"{self.run_tag}-"
+        phase = next((tag[len(prefix):] for tag in job.tags if tag.startswith(prefix)), OTHER)
+        return ProfiledJob(job.job_id, phase, job.name, job.seconds)
+
+    def stop(self) -> None:
+        """Stop tagging the thread's jobs (idempotent): a run that ends, by `finish` or
+        by an error, must not leave its tag on the jobs that follow."""
+        if self._tagging:
+            self._tagging = False
+            if self._stack:
+                self.sc.removeJobTag(self._phase_tag(self._stack[-1]))
+            self.sc.removeJobTag(self.run_tag)
+

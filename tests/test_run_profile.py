@@ -1,0 +1,124 @@
+"""A run's profile: where its time went (the driver's seconds by phase) and the Spark
+jobs each phase started, in the run's result, its debug log and its Dagster metadata."""
+
+from __future__ import annotations
+
+import logging
+
+import dagster as dg
+import pytest
+
+from bench.posts_world import make_world
+from offset_assets.control_plane import connect
+from offset_assets.dagster_adapter import OffsetStore
+from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.profile import OTHER, PHASES, TAG_PREFIX, Profiler
+from offset_assets.spark_jobs import count_spark_jobs
+from tests.dagster_resources import engine_resources
+from tests.test_dagster_assets import enriched_asset, materialization, seed
+from tests.test_engine_job_budget import SRC, copy_world
+
+
+def changed_copy_world(spark, sqlite_url, warehouse):
+    """A copy transformation run once over 50 rows, then 10 rows changed and 5 added."""
+    plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
+    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    engine = IncrementalEngine(spark, plane)
+    engine.run_full(copy)
+    src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(40, 55)], SRC))
+    return engine, copy
+
+
+def test_a_runs_profile_names_its_phases_and_counts_the_jobs_count_spark_jobs_counts(
+        spark, sqlite_url, warehouse):
+    engine, copy = changed_copy_world(spark, sqlite_url, warehouse)
+
+    with count_spark_jobs(spark) as jobs:
+        result = engine.run_full(copy)
+
+    profile = result.profile
+    assert result.changed_keys == 15
+    assert [phase.name for phase in profile.phases] == [*PHASES, OTHER]
+    assert profile.jobs_counted and profile.not_counted is None
+    assert profile.job_count == result.spark_jobs == jobs.count > 0
+    assert [job.job_id for job in profile.jobs] == [job.job_id for job in jobs.jobs]
+    # Every job in exactly one phase; the changed index, the reads and the write start jobs.
+    assert sum(phase.jobs for phase in profile.phases) == jobs.count
+    assert {job.phase for job in profile.jobs} <= {*PHASES, OTHER}
+    for name in ("changed_index", "input_reads", "output_write"):
+        assert profile.phase(name).jobs > 0, profile.describe()
+    assert profile.phase("open").jobs == 0  # the control plane alone
+    assert all(job.name and job.seconds is not None and job.seconds >= 0 for job in profile.jobs)
+    # Each phase's own time: none negative, and together the run's wall time, no more.
+    assert all(phase.seconds >= 0 for phase in profile.phases)
+    assert sum(phase.seconds for phase in profile.phases) == pytest.approx(profile.wall_s)
+    assert profile.wall_s <= result.duration_s
+    assert f"{jobs.count} Spark job(s)" in result.summary()
+
+
+def test_a_run_with_nothing_to_do_has_a_profile_of_no_spark_job(spark, sqlite_url, warehouse):
+    engine, copy = changed_copy_world(spark, sqlite_url, warehouse)
+    engine.run_full(copy)
+
+    with count_spark_jobs(spark) as jobs:
+        result = engine.run_full(copy)
+
+    assert jobs.count == 0
+    assert result.profile.job_count == 0 and result.profile.jobs == ()
+    assert [phase.name for phase in result.profile.phases] == ["open", "changed_index", "commit", OTHER]
+
+
+def test_the_profile_is_logged_at_debug_with_every_job_its_phase_and_call_site(
+        spark, sqlite_url, warehouse, caplog):
+    engine, copy = changed_copy_world(spark, sqlite_url, warehouse)
+
+    with caplog.at_level(logging.DEBUG, logger="offset_assets.engine.run"):
+        result = engine.run_full(copy)
+
+    [logged] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("profile of run")]
+    assert f"{result.spark_jobs} Spark jobs" in logged
+    for job in result.profile.jobs:
+        assert f"job {job.job_id} [{job.phase}]" in logged and job.name in logged
+
+
+def test_a_phase_inside_another_owns_its_jobs_and_its_time(spark):
+    profiler = Profiler.start(spark)
+    with profiler.phase("outer"):
+        spark.range(5).collect()
+        with profiler.phase("inner"):
+            spark.range(5).collect()
+            spark.range(5).collect()
+        spark.range(5).collect()
+    spark.range(5).collect()  # outside every phase
+    profile = profiler.finish()
+
+    assert [(phase.name, phase.jobs) for phase in profile.phases] == [("outer", 2), ("inner", 2), (OTHER, 1)]
+    assert [job.phase for job in profile.jobs] == ["outer", "inner", "inner", "outer", OTHER]
+    assert sum(phase.seconds for phase in profile.phases) == pytest.approx(profile.wall_s)
+    assert "| inner |" in profile.markdown() and "| **total** |" in profile.markdown()
+
+
+def test_a_run_that_raises_leaves_no_job_tag_on_the_thread(spark, sqlite_url, warehouse):
+    engine, copy = changed_copy_world(spark, sqlite_url, warehouse)
+
+    with pytest.raises(RuntimeError, match="stopped mid-run"), engine.open_run(copy) as run:
+        run.input_frames(run.batches[0])
+        raise RuntimeError("stopped mid-run")
+
+    assert not [tag for tag in spark.sparkContext.getJobTags() if tag.startswith(TAG_PREFIX)]
+
+
+def test_the_dagster_materialization_carries_the_runs_profile(spark, sqlite_url, warehouse):
+    world = make_world(spark, connect(sqlite_url), warehouse)
+    seed(world)
+    resources = engine_resources(OffsetStore(db_url=sqlite_url), warehouse)
+
+    result = dg.materialize([enriched_asset()], resources=resources)
+
+    meta = materialization(result, "enriched_posts")
+    assert meta["profile.spark_jobs"] > 0
+    table = meta["profile"]
+    for name in (*PHASES, OTHER):
+        assert f"| {name} |" in table
+    assert "| **total** | " in table and f" | {meta['profile.spark_jobs']} | " in table
+    assert f"and {meta['profile.spark_jobs']} Spark job(s)" in meta["summary"]
