@@ -8,6 +8,8 @@ Each test writes a handful of messages to topics of its own and runs ranges with
 from __future__ import annotations
 
 import re
+import socket
+from dataclasses import dataclass, field
 
 import pytest
 from pyspark.sql import types as T
@@ -17,9 +19,11 @@ from offset_assets.control_plane.job_log import JobLog
 from offset_assets.ranges.errors import IngestionError, SourceError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.kafka import KafkaSource
+from offset_assets.ranges.kafka_slices import slices_frame
 from offset_assets.ranges.planners import DataRange, KafkaOffsetPlanner, RangeKind
+from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.table import VersionedTable
-from tests.kafka_broker import free_port
+from tests.kafka_broker import KafkaBroker, free_port
 
 MESSAGES = T.StructType([
     T.StructField("kafka_partition", T.IntegerType(), False),
@@ -29,10 +33,25 @@ MESSAGES = T.StructType([
 KEY = ["kafka_partition", "kafka_offset"]
 
 
+@dataclass(frozen=True)
+class BrokerStoppedAfterPlanning(KafkaSource):
+    """A Kafka source whose broker goes away once the driver has planned the range's
+    slices, before the executors read them (the first range planned only)."""
+
+    broker: KafkaBroker | None = None
+    stops: list[bool] = field(default_factory=list)
+
+    def plan(self, data_range: DataRange):
+        planned = super().plan(data_range)
+        if not self.stops:
+            self.stops.append(True)
+            self.broker.stop()
+        return planned
+
 
 def kafka_job(bootstrap_servers: str, topic: str, transform=None, planner=None,
-              **source_settings) -> IngestionJob:
-    source = KafkaSource(bootstrap_servers, [topic], **{"timeout_s": 5.0, **source_settings})
+              topics=None, source_type=KafkaSource, **source_settings) -> IngestionJob:
+    source = source_type(bootstrap_servers, topics or [topic], **{"timeout_s": 5.0, **source_settings})
     return IngestionJob("raw_messages", source, planner or KafkaOffsetPlanner(),
                         TargetTable("raw_messages", KEY, MESSAGES), transform=transform)
 
@@ -74,14 +93,49 @@ def test_a_range_is_read_by_the_executors_one_input_partition_per_topic_partitio
     for partition in range(3):
         kafka_broker.produce(topic, [f"m{partition}"], partition=partition)
     source = KafkaSource(kafka_broker.bootstrap_servers, [topic])
+    whole = DataRange(RangeKind.KAFKA_OFFSET, "{}", None)
 
-    batch = source.read_range(spark, DataRange(RangeKind.KAFKA_OFFSET, "{}", None))
-    plan = batch.df._jdf.queryExecution().executedPlan().toString()
+    slices, _end = source.plan(whole)
+    reader = slices_frame(spark, slices, source._config(), source.timeout_s)._jdf.queryExecution()
+    plan = reader.executedPlan().toString()
     assert "BatchScan offset_assets_kafka_slices" in plan and "(Python)" in plan
-    assert "LocalTableScan" not in plan and "LocalRelation" not in batch.df._jdf.queryExecution().toString()
-    assert batch.df.rdd.getNumPartitions() == 3
+    assert "LocalTableScan" not in plan and "LocalRelation" not in reader.toString()
+    batch = source.read_range(spark, whole)
+    assert batch.df.rdd.getNumPartitions() == 3 and batch.row_count == 3
     assert sorted((r.kafka_partition, r.value) for r in batch.df.collect()) == [
         (0, "m0"), (1, "m1"), (2, "m2")]
+
+
+def test_a_range_is_read_from_the_broker_once_and_counted_as_it_is_read(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("once", partitions=2)
+    kafka_broker.produce(topic, ["a", "b"], partition=0)
+    kafka_broker.transaction(topic, ["x"], partition=1, commit=False)  # offset 0, abort marker 1
+    kafka_broker.produce(topic, ["c"], partition=1)                    # offset 2
+    stops = []
+
+    def stop_the_broker_once_read(messages):
+        # Called once the source has read the range, before the range is counted and written.
+        stops.append(True)
+        kafka_broker.stop()
+        return messages.select(*MESSAGES.fieldNames())
+
+    plane = connect(sqlite_url)
+    job = kafka_job(kafka_broker.bootstrap_servers, topic, stop_the_broker_once_read)
+    try:
+        with count_spark_jobs(spark) as jobs:
+            (result,) = RangeIngestion(spark, plane, job, warehouse).run_pending()
+    finally:
+        kafka_broker.start()
+    # Counted and written without the broker: 3 rows, not the 4 offsets the range spans.
+    assert stops == [True]
+    assert (result.rows_read, result.data_range.end) == (3, f'{{"{topic}":{{"0":2,"1":3}}}}')
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (0, 1, "b"), (1, 2, "c")]
+    assert logged(plane) == [("{}", result.data_range.end, "SUCCESS", 1)]
+    # One job read the slices and counted them; no job of its own counts the range.
+    assert "localCheckpoint" in jobs.jobs[0].stage_names[0], jobs.describe()
+    assert not [job for job in jobs.jobs if any(name.startswith("count at") for name in job.stage_names)], (
+        jobs.describe())
 
 
 def test_a_backlog_is_ingested_in_ranges_of_at_most_max_offsets_per_partition(
@@ -176,17 +230,10 @@ def test_a_broker_stopped_mid_range_fails_the_range_and_the_retry_commits_it_exa
     topic = kafka_broker.new_topic("outage", partitions=2)
     kafka_broker.produce(topic, ["a", "b"], partition=0)
     kafka_broker.produce(topic, ["c"], partition=1)
-    stops = []
-
-    def stop_the_broker_once(messages):
-        # Called after the driver planned the slices, before the executors read them.
-        if not stops:
-            stops.append(True)
-            kafka_broker.stop()
-        return messages.select(*MESSAGES.fieldNames())
 
     plane = connect(sqlite_url)
-    job = kafka_job(kafka_broker.bootstrap_servers, topic, stop_the_broker_once, timeout_s=2.0)
+    job = kafka_job(kafka_broker.bootstrap_servers, topic, timeout_s=2.0,
+                    source_type=BrokerStoppedAfterPlanning, broker=kafka_broker)
     ingestion = RangeIngestion(spark, plane, job, warehouse)
     try:
         with pytest.raises(IngestionError) as failed:
@@ -213,6 +260,41 @@ def test_a_broker_stopped_mid_range_fails_the_range_and_the_retry_commits_it_exa
     assert ingestion.run_pending() == []
 
 
+def test_secret_consumer_settings_appear_in_no_plan_option_repr_or_error_of_a_range(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("secret")
+    kafka_broker.produce(topic, ["a"])
+    secrets = {"sasl.password": "pw-4711-never-shown", "ssl.key.password": "kp-4712-never-shown"}
+
+    def shows_a_secret(text: str) -> bool:
+        return "4711" in text or "4712" in text
+
+    plane = connect(sqlite_url)
+    job = kafka_job(kafka_broker.bootstrap_servers, topic, consumer_config=secrets)
+    (first,) = RangeIngestion(spark, plane, job, warehouse).run_pending()
+    assert first.rows_read == 1 and not shows_a_secret(repr(job))
+    source = job.source
+    slices, _end = source.plan(DataRange(RangeKind.KAFKA_OFFSET, "{}", None))
+    reader = slices_frame(spark, slices, source._config(), source.timeout_s)._jdf.queryExecution()
+    relation = reader.analyzed()
+    assert "BatchScan offset_assets_kafka_slices" in reader.toString()  # the plan read above
+    assert not shows_a_secret(reader.toString()) and not shows_a_secret(relation.options().toString())
+    assert not shows_a_secret(reader.analyzed().toJSON()) and not shows_a_secret(reader.executedPlan().toJSON())
+
+    kafka_broker.produce(topic, ["b"])
+    failing = kafka_job(kafka_broker.bootstrap_servers, topic, consumer_config=secrets, timeout_s=2.0,
+                        source_type=BrokerStoppedAfterPlanning, broker=kafka_broker)
+    try:
+        with pytest.raises(IngestionError) as failed:
+            RangeIngestion(spark, plane, failing, warehouse).run_pending()
+    finally:
+        kafka_broker.start()
+    assert "nothing read for 2 s at offset 1" in str(failed.value.__cause__)
+    assert not shows_a_secret(str(failed.value)) and not shows_a_secret(str(failed.value.__cause__))
+    assert not any(shows_a_secret(record.error or "") for record in JobLog(plane).history("raw_messages"))
+    assert table_rows(spark, plane, warehouse) == [(0, 0, "a")]
+
+
 def test_a_topic_that_does_not_exist_is_one_clear_error_and_nothing_is_logged(
         kafka_broker, spark, sqlite_url, warehouse):
     plane = connect(sqlite_url)
@@ -223,12 +305,48 @@ def test_a_topic_that_does_not_exist_is_one_clear_error_and_nothing_is_logged(
     assert logged(plane) == []
 
 
+def test_a_missing_topic_among_existing_ones_is_named_and_nothing_of_the_others_is_committed(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("present")
+    kafka_broker.produce(topic, ["a"])
+    plane = connect(sqlite_url)
+    job = kafka_job(kafka_broker.bootstrap_servers, topic, topics=[topic, "absent-topic"])
+    ingestion = RangeIngestion(spark, plane, job, warehouse)
+
+    with pytest.raises(SourceError) as planned:
+        ingestion.run_pending()
+    # Run as an explicit range (a Dagster partition's run): claimed, then FAILURE.
+    with pytest.raises(IngestionError) as explicit:
+        ingestion.refresh([DataRange(RangeKind.KAFKA_OFFSET, "{}", None)])
+    missing = f"Kafka topic 'absent-topic' not found at {kafka_broker.bootstrap_servers}"
+    assert str(planned.value) == missing and str(explicit.value).endswith(f"SourceError: {missing}")
+    assert logged(plane) == [("{}", None, "FAILURE", 1)]
+    assert JobLog(plane).history("raw_messages")[0].error == f"SourceError: {missing}"
+    assert table_rows(spark, plane, warehouse) == []
+
+
 @pytest.mark.kafka  # needs confluent-kafka, not the broker
-def test_a_broker_that_does_not_answer_is_one_clear_error_and_nothing_is_logged(
+def test_a_broker_that_refuses_connections_is_one_clear_error_and_nothing_is_logged(
         spark, sqlite_url, warehouse):
     nobody = f"127.0.0.1:{free_port()}"
     plane = connect(sqlite_url)
     job = kafka_job(nobody, "orders", timeout_s=1.0)
-    with pytest.raises(SourceError, match=rf"^Kafka at {nobody} \(topics \['orders'\]\): "):
+    with pytest.raises(SourceError, match=rf"^Kafka at {nobody} \(topics \['orders'\]\): no broker "
+                                          rf"answered within 1 s \(.+\)$"):
         RangeIngestion(spark, plane, job, warehouse).run_pending()
+    assert logged(plane) == []
+
+
+@pytest.mark.kafka  # needs confluent-kafka, not the broker
+def test_a_broker_that_accepts_connections_but_never_answers_is_one_clear_error_and_nothing_is_logged(
+        spark, sqlite_url, warehouse):
+    with socket.socket() as silent:  # listens, never reads nor writes
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        plane = connect(sqlite_url)
+        job = kafka_job(address, "orders", timeout_s=1.0)
+        with pytest.raises(SourceError, match=rf"^Kafka at {address} \(topics \['orders'\]\): no broker "
+                                              rf"answered within 1 s \(.+\)$"):
+            RangeIngestion(spark, plane, job, warehouse).run_pending()
     assert logged(plane) == []

@@ -15,7 +15,7 @@ from offset_assets.ranges.kafka import (
     slices_end,
     with_values_expanded,
 )
-from offset_assets.ranges.kafka_slices import MESSAGE_SCHEMA, OffsetSlice
+from offset_assets.ranges.kafka_slices import MESSAGE_SCHEMA, REDACTED, OffsetSlice, redacted
 from offset_assets.ranges.planners import DataRange, RangeKind
 
 
@@ -86,3 +86,15 @@ def test_without_the_extra_a_kafka_source_says_what_to_install(monkeypatch):
     source = KafkaSource("localhost:9092", ["orders"])
     with pytest.raises(SourceError, match=r"offset-assets\[kafka\]"):
         source.plan(DataRange(RangeKind.KAFKA_OFFSET, "{}", None))
+
+
+def test_a_kafka_source_shows_its_secret_settings_redacted():
+    source = KafkaSource("broker:9093", ["orders"], consumer_config={
+        "security.protocol": "SASL_SSL", "sasl.username": "ingest", "sasl.password": "pw-4711",
+        "ssl.key.password": "kp-4712", "sasl.oauthbearer.client.secret": "cs-4713"})
+    shown = repr(source)
+    assert not any(secret in shown for secret in ("pw-4711", "kp-4712", "cs-4713"))
+    assert redacted(source.consumer_config) == {
+        "security.protocol": "SASL_SSL", "sasl.username": "ingest", "sasl.password": REDACTED,
+        "ssl.key.password": REDACTED, "sasl.oauthbearer.client.secret": REDACTED}
+    assert "'sasl.password': '*********(redacted)'" in shown and "'sasl.username': 'ingest'" in shown

@@ -9,7 +9,11 @@ replayed exactly when its data did not commit.
 
 The driver only plans: it reads the partitions' offsets and turns the range into one
 `OffsetSlice` per topic-partition. The executors read the slices (`kafka_slices.py`), in
-read-committed mode. `confluent_kafka` is imported only when a broker is contacted.
+read-committed mode, once per range: the range's count and its write read the executors'
+copy. `confluent_kafka` is imported only when a broker is contacted.
+
+`consumer_config` may hold secrets (`sasl.password`, `ssl.key.password`): they reach
+the executors outside the query's plan, and the source's repr shows them redacted.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from offset_assets.ranges.kafka_slices import (
     READ_SETTINGS,
     OffsetSlice,
     confluent,
-    slices_frame,
+    read_slices,
+    redacted,
 )
 from offset_assets.ranges.planners import DataRange, kafka_offsets_json, parse_kafka_offsets
 from offset_assets.ranges.sources import SourceBatch
@@ -106,9 +111,14 @@ class KafkaSource:
     timeout_s: float = 10.0
     source_type: str = field(default="kafka", init=False)
 
+    def __repr__(self) -> str:
+        return (f"KafkaSource(bootstrap_servers={self.bootstrap_servers!r}, topics={list(self.topics)!r}, "
+                f"consumer_config={redacted(self.consumer_config)!r}, value_schema={self.value_schema!r}, "
+                f"max_messages_per_partition={self.max_messages_per_partition!r}, timeout_s={self.timeout_s!r})")
+
     def _config(self) -> dict[str, Any]:
-        """The consumers' settings, the driver's and the executors' (JSON values only:
-        they travel to the executors as a data source option)."""
+        """The consumers' settings, the driver's and the executors' (strings, numbers and
+        booleans: a callback would not reach the executors' consumers)."""
         config = {"bootstrap.servers": self.bootstrap_servers, "group.id": "offset-assets",
                   **self.consumer_config, **READ_SETTINGS}
         try:
@@ -140,10 +150,20 @@ class KafkaSource:
                     earliest.setdefault(topic, {})[str(partition)] = int(low)
                     latest.setdefault(topic, {})[str(partition)] = int(high)
         except kafka.KafkaException as exc:
-            raise SourceError(f"Kafka at {self.bootstrap_servers} (topics {list(self.topics)}): {exc}") from None
+            raise SourceError(self._broker_error(kafka, exc)) from None
         finally:
             consumer.close()
         return earliest, latest
+
+    def _broker_error(self, kafka: Any, exc: Exception) -> str:
+        """What went wrong asking the brokers for the topics' offsets, in one line: a
+        broker that refused or never answered says so, with librdkafka's own words."""
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], kafka.KafkaError) else None
+        detail = error.str() if error is not None else str(exc)
+        where = f"Kafka at {self.bootstrap_servers} (topics {list(self.topics)})"
+        if error is not None and error.code() in (kafka.KafkaError._TRANSPORT, kafka.KafkaError._TIMED_OUT):
+            return f"{where}: no broker answered within {self.timeout_s:g} s ({detail})"
+        return f"{where}: {detail}"
 
     def latest_offsets(self) -> Offsets:
         return self.watermarks()[1]
@@ -158,9 +178,11 @@ class KafkaSource:
         return slices, slices_end(start, slices)
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
+        """The range's messages, read from the brokers now (once: see `read_slices`) and
+        counted as they were read; transaction markers and aborted messages are not rows."""
         slices, end = self.plan(data_range)
-        messages = slices_frame(spark, slices, self._config(), self.timeout_s)
-        return SourceBatch(with_values_expanded(messages, self.value_schema), end)
+        messages, count = read_slices(spark, slices, self._config(), self.timeout_s)
+        return SourceBatch(with_values_expanded(messages, self.value_schema), end, count)
 
 
 def describe_offsets(text: str) -> str:

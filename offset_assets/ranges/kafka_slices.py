@@ -10,17 +10,31 @@ the driver, and a task retried by Spark reads the same slice again.
 A slice's stop is at most the partition's last stable offset when the range was planned:
 every offset below it is decided (a committed message, an aborted one, a transaction
 marker), so a task reads through to the stop, and the range ends exactly there.
+
+A range is read from the brokers once (`read_slices`): its messages are counted as they
+are read and kept on the executors' disks, and the count and the write read that copy.
+Their offsets alone give no count: transaction markers and aborted messages occupy
+offsets too.
+
+The consumer settings may hold secrets (`sasl.password`, `ssl.key.password`): they are
+not a data source option, which Spark keeps in the query's plan, but an attribute of a
+data source class made for them (`_source_for`), which reaches the executors pickled.
+Messages and `__repr__`s show them redacted.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -47,6 +61,18 @@ READ_SETTINGS = {
     "auto.offset.reset": "error",
     "enable.auto.commit": False,
 }
+
+
+# Consumer settings whose values are secrets: passwords, keys, tokens (Spark's own
+# redaction pattern, plus librdkafka's PEM keys and OAuth/JAAS configurations).
+SECRET_SETTING = re.compile(r"(?i)secret|password|token|access[.]?key|key\.pem|oauthbearer\.config|jaas")
+REDACTED = "*********(redacted)"
+
+
+def redacted(consumer_config: Mapping[str, Any]) -> dict[str, Any]:
+    """`consumer_config` with the values of secret settings replaced, for messages and reprs."""
+    return {key: REDACTED if SECRET_SETTING.search(key) else value
+            for key, value in consumer_config.items()}
 
 
 @dataclass(frozen=True)
@@ -125,11 +151,15 @@ def read_slice(consumer_config: Mapping[str, Any], piece: OffsetSlice, timeout_s
 
 
 class KafkaSliceDataSource(DataSource):
-    """Options: `slices` (JSON list of OffsetSlice), `consumer_config` (JSON), `timeout_s`."""
+    """Options: `slices` (JSON list of OffsetSlice) and `timeout_s`. The consumer settings
+    are the class's `consumer_config`, set on a subclass per settings (`_source_for`)."""
+
+    format_name: ClassVar[str] = FORMAT
+    consumer_config: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
     def name(cls) -> str:
-        return FORMAT
+        return cls.format_name
 
     def schema(self) -> T.StructType:
         return MESSAGE_SCHEMA
@@ -137,7 +167,7 @@ class KafkaSliceDataSource(DataSource):
     def reader(self, schema: T.StructType) -> DataSourceReader:
         return KafkaSliceReader(
             [OffsetSlice(**s) for s in json.loads(self.options["slices"])],
-            json.loads(self.options["consumer_config"]),
+            self.consumer_config,
             float(self.options["timeout_s"]),
         )
 
@@ -151,11 +181,34 @@ class KafkaSliceReader(DataSourceReader):
         self.consumer_config = dict(consumer_config)
         self.timeout_s = timeout_s
 
+    def __repr__(self) -> str:
+        return f"KafkaSliceReader({self.slices}, {redacted(self.consumer_config)}, {self.timeout_s})"
+
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(piece) for piece in self.slices]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         yield from read_slice(self.consumer_config, partition.value, self.timeout_s)
+
+
+_sources: dict[str, type[KafkaSliceDataSource]] = {}
+_sources_lock = threading.Lock()
+
+
+def _source_for(consumer_config: Mapping[str, Any]) -> type[KafkaSliceDataSource]:
+    """The data source class holding `consumer_config`, one per distinct settings in this
+    process, each under a format name of its own (a numbered suffix, nothing of the
+    settings). Made with `type`, not defined in the module, so that it is pickled with
+    its attributes rather than by name."""
+    key = json.dumps(dict(consumer_config), sort_keys=True)
+    with _sources_lock:
+        if key not in _sources:
+            name = f"{FORMAT}_{len(_sources) + 1}"
+            _sources[key] = type(name, (KafkaSliceDataSource,), {
+                "__module__": __name__, "__doc__": KafkaSliceDataSource.__doc__,
+                "format_name": name, "consumer_config": dict(consumer_config),
+            })
+        return _sources[key]
 
 
 def slices_frame(
@@ -167,11 +220,32 @@ def slices_frame(
     to_read = [s for s in slices if s.start < s.stop]
     if not to_read:
         return spark.createDataFrame([], MESSAGE_SCHEMA)
-    spark.dataSource.register(KafkaSliceDataSource)
+    source = _source_for(consumer_config)
+    spark.dataSource.register(source)
     return (
-        spark.read.format(FORMAT)
+        spark.read.format(source.name())
         .option("slices", json.dumps([asdict(s) for s in to_read]))
-        .option("consumer_config", json.dumps(dict(consumer_config)))
         .option("timeout_s", str(timeout_s))
         .load()
     )
+
+
+def read_slices(
+    spark: SparkSession, slices: Sequence[OffsetSlice], consumer_config: Mapping[str, Any],
+    timeout_s: float,
+) -> tuple[DataFrame, int]:
+    """The messages of `slices`, read from the brokers now, once, and their number.
+
+    One Spark job reads the slices, counts the messages as they pass (an observed
+    metric) and keeps them on the executors' disks (a local checkpoint: disk only, as a
+    range may not fit in memory). The frame returned reads that copy, so the count and
+    the write that follow do not go back to the brokers. A lost executor loses its part
+    of the copy: the range then fails and its retry reads the slices again. The copy is
+    dropped once the frame is garbage-collected (Spark's context cleaner)."""
+    messages = slices_frame(spark, slices, consumer_config, timeout_s)
+    if not any(s.start < s.stop for s in slices):
+        return messages, 0
+    read = Observation()
+    kept = messages.observe(read, F.count(F.lit(1)).alias("messages")).localCheckpoint(
+        eager=True, storageLevel=StorageLevel.DISK_ONLY)
+    return kept, int(read.get["messages"])
