@@ -25,6 +25,7 @@ from assets_defs.resources import ENV_DEPLOYMENT
 from offset_assets.config import ENV_SPARK_MASTER
 from offset_assets.spark import SparkUnavailableError, check_endpoint, endpoints
 from tests.reference_story import reference_environment
+from tests.small_driver_story import ROWS, make_documents
 from tests.spark_cluster import CLUSTER_APP_CONF, DRIVER_ENV, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +120,21 @@ def test_engine_story_on_the_cluster_with_an_executor_killed_mid_run_commits_onc
     assert on_cluster["enriched"] == on_cluster["expected_enriched"]
     assert on_cluster["stats"] == on_cluster["expected_stats"]
     assert on_cluster["hot"] == [False, False]
+
+
+@pytest.mark.slow
+def test_a_sql_range_larger_than_its_drivers_memory_is_ingested_exactly_on_the_cluster(spark_cluster, tmp_path):
+    source_url = f"sqlite:///{tmp_path / 'source.db'}"
+    make_documents(source_url)
+    story = run_driver(["tests.small_driver_story", spark_cluster.master_url, source_url, str(tmp_path)], {})
+
+    # One range, every row read once and versioned once; each document whole and its own.
+    assert story["ranges"] == [["0", str(ROWS), ROWS, ROWS]]
+    assert story["found"] == {"rows": ROWS, "ids": ROWS, "min_id": 1, "max_id": ROWS,
+                              "chars": ROWS * 10_000, "wrong_bodies": 0}
+    # The range's text alone is twice what the driver's JVM or its Python could hold.
+    assert story["found"]["chars"] >= 2 * story["driver_heap_bytes"], story
+    assert story["found"]["chars"] >= 2 * story["driver_python_peak_rss_bytes"], story
 
 
 def test_master_and_connect_urls_name_the_endpoints_to_check():
