@@ -20,7 +20,9 @@ itself (a run's profile, `engine/profile.py`): tag, then one status-store read a
 
 from __future__ import annotations
 
+import json
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ TAG_PREFIX = "offset-assets-job-count-"
 RETAINED_JOBS_CONF = "spark.ui.retainedJobs"
 DEFAULT_RETAINED_JOBS = 1000
 LISTENER_WAIT_MS = 60_000
+# Per py4j gateway (one per driver JVM): the mapper that writes job records as JSON.
+_JSON_MAPPERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class SparkJobCountError(OffsetAssetsError):
@@ -97,20 +101,35 @@ def spark_context(spark: SparkSession) -> SparkContext | None:
 
 def tagged_jobs(sc: SparkContext, tag: str) -> list[TaggedJob]:
     """Every job that carried `tag`, oldest first, from the status store: no Spark job,
-    one JVM call for the ids and a few per job. Raises `SparkJobCountError` when the
-    store may have forgotten some (more jobs than `spark.ui.retainedJobs`)."""
-    jsc = sc._jsc.sc()
-    store = jsc.statusStore()
+    a few JVM calls for the ids and two per job (its record as JSON, written by the
+    JVM: reading its fields one by one would be a dozen). Raises `SparkJobCountError`
+    when the store may have forgotten some (more jobs than `spark.ui.retainedJobs`)."""
+    store = sc._jsc.sc().statusStore()
+    as_json = _job_json_mapper(sc)
     jobs = []
     for job_id in _job_ids_with_tag(sc, tag):
         try:
-            data = store.job(job_id)
+            data = json.loads(as_json.writeValueAsString(store.job(job_id)))
         except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
             jobs.append(TaggedJob(job_id, "", None, frozenset({tag})))
             continue
-        tags = frozenset(str(data.jobTags().mkString(",")).split(","))
-        jobs.append(TaggedJob(job_id, str(data.name()), _seconds(data), tags))
+        submitted, completed = data.get("submissionTime"), data.get("completionTime")
+        seconds = None if submitted is None or completed is None else (completed - submitted) / 1000
+        jobs.append(TaggedJob(job_id, data.get("name") or "", seconds, frozenset(data.get("jobTags") or ())))
     return jobs
+
+
+def _job_json_mapper(sc: SparkContext):  # noqa: ANN202 - a py4j ObjectMapper
+    """A Jackson mapper that writes the status store's records (Scala classes) as JSON,
+    as Spark's REST API does; one per JVM, since its first write of a job record
+    (introspecting the class) costs tens of milliseconds."""
+    mapper = _JSON_MAPPERS.get(sc._gateway)
+    if mapper is None:
+        mapper = sc._jvm.com.fasterxml.jackson.databind.ObjectMapper()
+        mapper.registerModule(sc._jvm.com.fasterxml.jackson.module.scala.DefaultScalaModule())
+        _JSON_MAPPERS[sc._gateway] = mapper
+    return mapper
+
 
 
 @contextmanager
@@ -142,7 +161,8 @@ def _job_ids_with_tag(sc: SparkContext, tag: str) -> list[int]:
     # The ids as one string: reading a Java array from Python is a JVM call per element.
     listed = str(sc._jvm.java.util.Arrays.toString(jsc.statusTracker().getJobIdsForTag(tag)))
     job_ids = sorted(int(job_id) for job_id in listed.strip("[]").split(",") if job_id.strip())
-    retained = int(sc.getConf().get(RETAINED_JOBS_CONF, str(DEFAULT_RETAINED_JOBS)))
+    # SparkContext.getConf copies every setting, one JVM call each: read the one needed.
+    retained = int(sc._conf.get(RETAINED_JOBS_CONF, str(DEFAULT_RETAINED_JOBS)))
     if len(job_ids) >= retained:
         raise SparkJobCountError(
             f"{len(job_ids)} jobs counted under tag {tag!r}, the status store keeps only "
