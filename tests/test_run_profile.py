@@ -3,7 +3,12 @@ jobs each phase started, in the run's result, its debug log and its Dagster meta
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -15,8 +20,10 @@ from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.profile import OTHER, PHASES, TAG_PREFIX, Profiler
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
-from tests.test_dagster_assets import enriched_asset, materialization, seed
+from tests.test_dagster_assets import enriched_asset, materialization, seed, user_post_stats_asset
 from tests.test_engine_job_budget import SRC, copy_world
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def changed_copy_world(spark, sqlite_url, warehouse):
@@ -113,12 +120,44 @@ def test_the_dagster_materialization_carries_the_runs_profile(spark, sqlite_url,
     seed(world)
     resources = engine_resources(OffsetStore(db_url=sqlite_url), warehouse)
 
-    result = dg.materialize([enriched_asset()], resources=resources)
+    result = dg.materialize([enriched_asset(), user_post_stats_asset()], resources=resources)
 
-    meta = materialization(result, "enriched_posts")
-    assert meta["profile.spark_jobs"] > 0
-    table = meta["profile"]
-    for name in (*PHASES, OTHER):
-        assert f"| {name} |" in table
-    assert "| **total** | " in table and f" | {meta['profile.spark_jobs']} | " in table
-    assert f"and {meta['profile.spark_jobs']} Spark job(s)" in meta["summary"]
+    # The asset body's run and the IO manager's (inputs loaded, the function run by
+    # Dagster between them: its time is the profile's `other`).
+    for asset in ("enriched_posts", "user_post_stats"):
+        meta = materialization(result, asset)
+        assert meta["profile.spark_jobs"] > 0
+        table = meta["profile"]
+        for name in ("open", "changed_index", "input_reads", "output_write", "commit", OTHER):
+            assert f"| {name} |" in table
+        assert "| **total** | " in table and f" | {meta['profile.spark_jobs']} | " in table
+        assert f"and {meta['profile.spark_jobs']} Spark job(s)" in meta["summary"]
+    assert "| function |" in materialization(result, "enriched_posts")["profile"]
+
+
+@pytest.mark.slow
+def test_over_spark_connect_the_profile_has_the_drivers_times_and_says_jobs_are_not_counted(
+        connect_server, tmp_path):
+    (tmp_path / "warehouse").mkdir()
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.connect_profile", connect_server.url, f"sqlite:///{tmp_path / 'cp.db'}",
+         str(tmp_path / "warehouse")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert child.returncode == 0, child.stderr[-3000:]
+    run = json.loads(child.stdout.strip().splitlines()[-1])
+
+    profile = run["profile"]
+    assert run["processed_keys"] == 6
+    assert run["spark_jobs"] is None and profile["spark_jobs"] is None and profile["jobs"] == []
+    assert "Spark Connect" in profile["not_counted"]
+    assert list(profile["phases"]) == [*PHASES, OTHER]
+    assert all(phase["jobs"] is None and phase["seconds"] >= 0 for phase in profile["phases"].values())
+    # Rounded to 0.1 ms in the JSON: the phases add up to the wall time, within the run's.
+    assert sum(phase["seconds"] for phase in profile["phases"].values()) == pytest.approx(profile["wall_s"], abs=1e-3)
+    assert profile["wall_s"] <= run["duration_s"] + 1e-4
+    assert profile["phases"]["output_write"]["seconds"] > 0
+    # The Dagster metadata: the table of times, no job count, and why.
+    assert "profile.spark_jobs" not in run["metadata"]
+    assert "| output_write |" in run["metadata"]["profile"]
+    assert "Spark jobs not counted: Spark Connect" in run["metadata"]["profile"]
+    assert "Spark job" not in run["summary"]
