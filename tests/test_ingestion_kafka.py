@@ -24,6 +24,7 @@ from offset_assets.ranges.planners import DataRange, KafkaOffsetPlanner, RangeKi
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.table import VersionedTable
 from tests.kafka_broker import KafkaBroker, free_port
+from tests.test_cluster import run_driver
 
 MESSAGES = T.StructType([
     T.StructField("kafka_partition", T.IntegerType(), False),
@@ -136,6 +137,20 @@ def test_a_range_is_read_from_the_broker_once_and_counted_as_it_is_read(
     assert "localCheckpoint" in jobs.jobs[0].stage_names[0], jobs.describe()
     assert not [job for job in jobs.jobs if any(name.startswith("count at") for name in job.stage_names)], (
         jobs.describe())
+
+
+@pytest.mark.slow
+def test_a_range_is_read_and_counted_exactly_over_spark_connect(kafka_broker, connect_server, tmp_path):
+    topic = kafka_broker.new_topic("remote", partitions=2)
+    kafka_broker.produce(topic, ["a", "b"], partition=0)
+    kafka_broker.transaction(topic, ["x"], partition=1, commit=False)  # offset 0, abort marker 1
+    kafka_broker.produce(topic, ["c"], partition=1)                    # offset 2
+
+    story = run_driver(["tests.kafka_connect_story", connect_server.url, kafka_broker.bootstrap_servers,
+                        topic, str(tmp_path)], {})
+    # 3 messages of the 4 offsets: a Connect checkpoint reports no observed count, the copy is counted.
+    assert story["ranges"] == [["{}", f'{{"{topic}":{{"0":2,"1":3}}}}', 3]]
+    assert story["rows"] == [[0, 0, "a"], [0, 1, "b"], [1, 2, "c"]]
 
 
 def test_a_backlog_is_ingested_in_ranges_of_at_most_max_offsets_per_partition(

@@ -237,15 +237,19 @@ def read_slices(
     """The messages of `slices`, read from the brokers now, once, and their number.
 
     One Spark job reads the slices, counts the messages as they pass (an observed
-    metric) and keeps them on the executors' disks (a local checkpoint: disk only, as a
-    range may not fit in memory). The frame returned reads that copy, so the count and
-    the write that follow do not go back to the brokers. A lost executor loses its part
-    of the copy: the range then fails and its retry reads the slices again. The copy is
-    dropped once the frame is garbage-collected (Spark's context cleaner)."""
+    metric; over Spark Connect, a second job counts the copy) and keeps them on the
+    executors' disks (a local checkpoint: disk only, as a range may not fit in memory).
+    The frame returned reads that copy, so the write that follows does not go back to
+    the brokers. A lost executor loses its part of the copy: the range then fails and
+    its retry reads the slices again. The copy is dropped once the frame is
+    garbage-collected (Spark's context cleaner)."""
     messages = slices_frame(spark, slices, consumer_config, timeout_s)
     if not any(s.start < s.stop for s in slices):
         return messages, 0
     read = Observation()
     kept = messages.observe(read, F.count(F.lit(1)).alias("messages")).localCheckpoint(
         eager=True, storageLevel=StorageLevel.DISK_ONLY)
-    return kept, int(read.get["messages"])
+    observed = read.get.get("messages")
+    # A Spark Connect checkpoint reports no observed metric: the copy is counted instead
+    # (one more job, reading the executors' copy, not the brokers).
+    return kept, int(observed) if observed is not None else kept.count()
