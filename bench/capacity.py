@@ -431,6 +431,7 @@ def run_once(spark: SparkSession, world: CopyWorld, probe: Probe) -> dict[str, A
         "changed_keys": result.changed_keys,
         "spark_jobs": jobs.count,
         "job_seconds": [job.seconds for job in jobs.jobs],
+        "profile": result.profile.as_dict(),
         **probe.as_dict(),
         "seconds": round(seconds, 3),
     }

@@ -64,7 +64,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect, database
-from offset_assets.engine import IncrementalEngine
+from offset_assets.engine import IncrementalEngine, RunResult
 from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
 from offset_assets.spark import get_spark_session
 from offset_assets.spark_jobs import count_spark_jobs
@@ -150,7 +150,12 @@ class Measured:
     jobs: tuple[str, ...] = ()  # one line per Spark job: where a run's fixed cost goes
 
     def as_dict(self) -> dict[str, Any]:
-        return {"s": round(self.seconds, 3), "spark_jobs": self.spark_jobs, "jobs": list(self.jobs)}
+        """Time and jobs; for an engine run also its profile (the driver's seconds and
+        the jobs by phase, each job with its phase)."""
+        measured = {"s": round(self.seconds, 3), "spark_jobs": self.spark_jobs, "jobs": list(self.jobs)}
+        if isinstance(self.value, RunResult) and self.value.profile is not None:
+            measured["profile"] = self.value.profile.as_dict()
+        return measured
 
 
 def measured(spark: SparkSession, action: Callable[[], Any]) -> Measured:
@@ -396,6 +401,7 @@ def long_series(spark: SparkSession, settings: Settings,
         "src_deltas": deltas,
         "src_snapshots": snapshots,
         "run_s": [round(s, 3) for s in run_s],
+        "last_run_profile": result.value.profile.as_dict(),
     }
 
 
@@ -552,7 +558,7 @@ def run(settings: Settings, spark: SparkSession, cluster_conf: dict[str, str]) -
         print(f"N = {n} ...", flush=True)
         report["by_n"].append(measure_n(spark, n, settings.m, settings.repeats))
         save(report, settings.out)
-        print(json.dumps({k: {f: x for f, x in v.items() if f != "jobs"} if isinstance(v, dict) else v
+        print(json.dumps({k: {f: x for f, x in v.items() if f not in ("jobs", "profile")} if isinstance(v, dict) else v
                           for k, v in report["by_n"][-1].items() if k != "maintenance_s"}), flush=True)
     if "by_m" in settings.parts:
         print(f"change sizes at N = {settings.by_m_n} ...", flush=True)

@@ -144,18 +144,35 @@ def wait_for_run(instance: dg.DagsterInstance, run_id: str, timeout_s: float = 6
 
 def phases(instance: dg.DagsterInstance, record: dg.RunRecord) -> dict:
     """Where a run's time went: launch to the run process starting, its steps (first step
-    start to last step end) and the engine's own `duration_s` of each materialization."""
+    start to last step end), the engine's own `duration_s` of each materialization and
+    its profile (the driver's seconds and Spark jobs by phase, from its `profile` table)."""
     created = record.create_timestamp.timestamp()
     steps = [entry.timestamp for entry in instance.all_logs(
         record.dagster_run.run_id, of_type={dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS})]
-    engine = {}
+    engine, profiles = {}, {}
     for entry in instance.all_logs(record.dagster_run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
         materialization = entry.asset_materialization
         if "duration_s" in materialization.metadata:
             engine[materialization.asset_key.to_user_string()] = materialization.metadata["duration_s"].value
+        if "profile" in materialization.metadata:
+            profiles[materialization.asset_key.to_user_string()] = profile_table(
+                materialization.metadata["profile"].value)
     return {"launch_to_start_s": round((record.start_time or created) - created, 1),
             "steps_s": round(max(steps) - min(steps), 1) if steps else None,
-            "engine_s": engine}
+            "engine_s": engine, "engine_profile": profiles}
+
+
+def profile_table(markdown: str) -> dict[str, dict[str, float | None]]:
+    """A run's `profile` metadata table (`RunProfile.markdown`) as phase -> the driver's
+    seconds, the Spark jobs and their seconds (None: not counted, over Spark Connect)."""
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in markdown.splitlines() if line.startswith("| ") and not line.startswith("| phase ")]
+
+    def number(cell: str) -> float | None:
+        return None if cell == "not counted" else float(cell)
+
+    return {phase.strip("*"): {"driver_s": float(driver), "spark_jobs": number(jobs), "jobs_s": number(jobs_s)}
+            for phase, driver, jobs, jobs_s in rows}
 
 
 def instance_yaml(home: Path) -> None:

@@ -12,7 +12,8 @@ Per transformation: median seconds of a run, Spark jobs per run (the determinist
 measure: `offset_assets.spark_jobs`), control-plane SQL statements per run (a
 SQLAlchemy `before_cursor_execute` listener) and the driver's py4j calls to the JVM
 (median; the driver-side cost of building plans, deterministic up to the thread-local
-session lookups). Writes `bench/out/tiny_run.json`.
+session lookups); the last run's profile (the driver's seconds and the Spark jobs by
+phase, `RunResult.profile`). Writes `bench/out/tiny_run.json`.
 
     .venv/bin/python -m bench.tiny_run               # 7 repetitions after a warm-up
     .venv/bin/python -m bench.tiny_run --repeat 3 --profile /tmp/tiny.prof   # + cProfile of the runs
@@ -103,7 +104,7 @@ def changes(world: World, name: str, repetition: int, with_profile: bool) -> Non
 def measure(spark: SparkSession, counter: StatementCounter, jvm: JvmCallCounter, engine: IncrementalEngine,
             t: Transformation, before: Callable[[int], None], repeat: int, profiler: cProfile.Profile | None) -> dict:
     seconds, jobs, statements, jvm_calls, keys = [], [], [], [], []
-    described = ""
+    described, profile = "", None
     for repetition in range(repeat + 1):  # the first is the warm-up
         before(repetition)
         counter.count = jvm.count = 0
@@ -126,6 +127,7 @@ def measure(spark: SparkSession, counter: StatementCounter, jvm: JvmCallCounter,
         jvm_calls.append(jvm.count)
         keys.append(result.changed_keys)
         described = counted.describe()
+        profile = result.profile
     return {
         "median_s": round(statistics.median(seconds), 3),
         "min_s": round(min(seconds), 3),
@@ -135,6 +137,7 @@ def measure(spark: SparkSession, counter: StatementCounter, jvm: JvmCallCounter,
         "changed_keys": sorted(set(keys)),
         "batches": -(-max(keys) // BATCH_SIZE),
         "last_run_jobs": described.splitlines(),
+        "last_run_profile": profile.as_dict(),
     }
 
 

@@ -14,16 +14,14 @@ and a caller's own job group is left alone. Tags are per thread, like job groups
 started by other Python threads are not counted; jobs Spark SQL starts on its own
 threads for a query (broadcasts, subqueries) inherit the tag and are.
 
-`spark_context` and `tagged_jobs` are the same two steps for a caller that tags jobs
+`spark_context` and `jobs_by_tag` are the same two steps for a caller that tags jobs
 itself (a run's profile, `engine/profile.py`): tag, then one status-store read at the end.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -39,8 +37,6 @@ TAG_PREFIX = "offset-assets-job-count-"
 RETAINED_JOBS_CONF = "spark.ui.retainedJobs"
 DEFAULT_RETAINED_JOBS = 1000
 LISTENER_WAIT_MS = 60_000
-# Per py4j gateway (one per driver JVM): the mapper that writes job records as JSON.
-_JSON_MAPPERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class SparkJobCountError(OffsetAssetsError):
@@ -81,13 +77,12 @@ class SparkJobCounter:
 @dataclass(frozen=True)
 class TaggedJob:
     """A job as the status store keeps it: its id, its name (the call site of its last
-    stage, e.g. `collect at .../keys.py:206`), its wall time from submission to
-    completion (None when the store has no times for it) and its job tags."""
+    stage, e.g. `collect at .../keys.py:206`) and its wall time from submission to
+    completion (None when the store has no times for it)."""
 
     job_id: int
     name: str
     seconds: float | None
-    tags: frozenset[str]
 
 
 def spark_context(spark: SparkSession) -> SparkContext | None:
@@ -99,37 +94,27 @@ def spark_context(spark: SparkSession) -> SparkContext | None:
         return None
 
 
-def tagged_jobs(sc: SparkContext, tag: str) -> list[TaggedJob]:
-    """Every job that carried `tag`, oldest first, from the status store: no Spark job,
-    a few JVM calls for the ids and two per job (its record as JSON, written by the
-    JVM: reading its fields one by one would be a dozen). Raises `SparkJobCountError`
-    when the store may have forgotten some (more jobs than `spark.ui.retainedJobs`)."""
+def jobs_by_tag(sc: SparkContext, tags: Sequence[str]) -> dict[str, list[TaggedJob]]:
+    """Per tag, every job that carried it, oldest first, from the status store: no Spark
+    job, three JVM calls per tag and about ten per job (each job read once; its fields
+    one by one: writing the record as JSON in the JVM would take two, but Jackson's
+    first write of a job record costs 100-200 ms, which every Dagster run's fresh driver
+    would pay). Raises `SparkJobCountError` when the store may have forgotten some
+    (more jobs than `spark.ui.retainedJobs`)."""
+    _wait_for_listeners(sc)
+    tracker = sc._jsc.sc().statusTracker()
+    ids = {tag: _job_ids(sc, tracker, tag) for tag in tags}
     store = sc._jsc.sc().statusStore()
-    as_json = _job_json_mapper(sc)
-    jobs = []
-    for job_id in _job_ids_with_tag(sc, tag):
-        try:
-            data = json.loads(as_json.writeValueAsString(store.job(job_id)))
-        except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
-            jobs.append(TaggedJob(job_id, "", None, frozenset({tag})))
-            continue
-        submitted, completed = data.get("submissionTime"), data.get("completionTime")
-        seconds = None if submitted is None or completed is None else (completed - submitted) / 1000
-        jobs.append(TaggedJob(job_id, data.get("name") or "", seconds, frozenset(data.get("jobTags") or ())))
-    return jobs
+    jobs = {job_id: _tagged_job(store, job_id) for job_id in sorted({i for found in ids.values() for i in found})}
+    return {tag: [jobs[job_id] for job_id in found] for tag, found in ids.items()}
 
 
-def _job_json_mapper(sc: SparkContext):  # noqa: ANN202 - a py4j ObjectMapper
-    """A Jackson mapper that writes the status store's records (Scala classes) as JSON,
-    as Spark's REST API does; one per JVM, since its first write of a job record
-    (introspecting the class) costs tens of milliseconds."""
-    mapper = _JSON_MAPPERS.get(sc._gateway)
-    if mapper is None:
-        mapper = sc._jvm.com.fasterxml.jackson.databind.ObjectMapper()
-        mapper.registerModule(sc._jvm.com.fasterxml.jackson.module.scala.DefaultScalaModule())
-        _JSON_MAPPERS[sc._gateway] = mapper
-    return mapper
-
+def _tagged_job(store, job_id: int) -> TaggedJob:  # noqa: ANN001 - a py4j AppStatusStore
+    try:
+        data = store.job(job_id)
+    except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
+        return TaggedJob(job_id, "", None)
+    return TaggedJob(job_id, str(data.name()), _seconds(data))
 
 
 @contextmanager
@@ -153,13 +138,15 @@ def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
         counter.jobs = _jobs_with_tag(spark, counter.tag)
 
 
-def _job_ids_with_tag(sc: SparkContext, tag: str) -> list[int]:
-    jsc = sc._jsc.sc()
+def _wait_for_listeners(sc: SparkContext) -> None:
     # Job events reach the status store through the asynchronous listener bus: wait
     # until it has delivered everything posted so far, or recent jobs would be missed.
-    jsc.listenerBus().waitUntilEmpty(LISTENER_WAIT_MS)
+    sc._jsc.sc().listenerBus().waitUntilEmpty(LISTENER_WAIT_MS)
+
+
+def _job_ids(sc: SparkContext, tracker, tag: str) -> list[int]:  # noqa: ANN001 - a py4j SparkStatusTracker
     # The ids as one string: reading a Java array from Python is a JVM call per element.
-    listed = str(sc._jvm.java.util.Arrays.toString(jsc.statusTracker().getJobIdsForTag(tag)))
+    listed = str(sc._jvm.java.util.Arrays.toString(tracker.getJobIdsForTag(tag)))
     job_ids = sorted(int(job_id) for job_id in listed.strip("[]").split(",") if job_id.strip())
     # SparkContext.getConf copies every setting, one JVM call each: read the one needed.
     retained = int(sc._conf.get(RETAINED_JOBS_CONF, str(DEFAULT_RETAINED_JOBS)))
@@ -173,7 +160,8 @@ def _job_ids_with_tag(sc: SparkContext, tag: str) -> list[int]:
 
 def _jobs_with_tag(spark: SparkSession, tag: str) -> list[SparkJob]:
     jsc = spark.sparkContext._jsc.sc()
-    job_ids = _job_ids_with_tag(spark.sparkContext, tag)
+    _wait_for_listeners(spark.sparkContext)
+    job_ids = _job_ids(spark.sparkContext, jsc.statusTracker(), tag)
     tracker = spark.sparkContext.statusTracker()
     jobs = []
     for job_id in job_ids:
@@ -195,7 +183,9 @@ def _job_seconds(jsc, job_id: int) -> float | None:
 
 
 def _seconds(data) -> float | None:  # noqa: ANN001 - a py4j JobData
-    submitted, completed = data.submissionTime(), data.completionTime()
-    if not (submitted.isDefined() and completed.isDefined()):
+    # Each Option's get() straight away (a job without a time is rare): asking isDefined
+    # first is another JVM call per time.
+    try:
+        return (data.completionTime().get().getTime() - data.submissionTime().get().getTime()) / 1000
+    except Py4JJavaError:  # NoSuchElementException: None.get
         return None
-    return (completed.get().getTime() - submitted.get().getTime()) / 1000

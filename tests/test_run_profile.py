@@ -105,14 +105,19 @@ def test_a_phase_inside_another_owns_its_jobs_and_its_time(spark):
     assert "| inner |" in profile.markdown() and "| **total** |" in profile.markdown()
 
 
-def test_a_run_that_raises_leaves_no_job_tag_on_the_thread(spark, sqlite_url, warehouse):
+def test_a_run_that_raises_logs_its_profile_and_leaves_no_job_tag_on_the_thread(
+        spark, sqlite_url, warehouse, caplog):
     engine, copy = changed_copy_world(spark, sqlite_url, warehouse)
 
-    with pytest.raises(RuntimeError, match="stopped mid-run"), engine.open_run(copy) as run:
+    with (caplog.at_level(logging.DEBUG, logger="offset_assets.engine.run"),
+          pytest.raises(RuntimeError, match="stopped mid-run"), engine.open_run(copy) as run):
         run.input_frames(run.batches[0])
         raise RuntimeError("stopped mid-run")
 
     assert not [tag for tag in spark.sparkContext.getJobTags() if tag.startswith(TAG_PREFIX)]
+    [logged] = [record.getMessage() for record in caplog.records
+                if record.getMessage().startswith(f"profile of unfinished run {run.run_id}")]
+    assert "input_reads" in logged and "[input_reads]" in logged
 
 
 def test_the_dagster_materialization_carries_the_runs_profile(spark, sqlite_url, warehouse):

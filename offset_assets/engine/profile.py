@@ -13,8 +13,8 @@ so the phases and `other` (the time outside every phase) add up to the run's wal
 Jobs are attributed with Spark job tags, like `count_spark_jobs` (`spark_jobs.py`): a tag
 for the whole run, and one for the phase under way (an inner phase swaps its tag for the
 outer's, so a job carries exactly one); at the end, one status-store read finds the
-run's jobs and each one's phase. Profiling starts no Spark job: a few JVM calls per
-phase entered and a few per job read at the end. Tags are per thread: jobs other Python
+run's jobs and each one's phase. Profiling starts no Spark job: two JVM calls per phase
+entered, and at the end three per phase and about ten per job. Tags are per thread: jobs other Python
 threads start are not the run's (nor counted by `count_spark_jobs`).
 
 Over Spark Connect the client has no SparkContext to tag jobs with or status store to
@@ -34,7 +34,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from offset_assets.spark_jobs import SparkJobCountError, TaggedJob, spark_context, tagged_jobs
+from offset_assets.spark_jobs import SparkJobCountError, jobs_by_tag, spark_context
 
 TAG_PREFIX = "offset-assets-run-"
 # The engine's phases (`run.py`), in the order a run enters them.
@@ -192,7 +192,7 @@ class Profiler:
                               jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)
         reading = time.monotonic()
         try:
-            jobs = [self._profiled(job) for job in tagged_jobs(self.sc, self.run_tag)]
+            jobs = self._jobs(list(self.seconds))
         except SparkJobCountError as exc:
             return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
                               jobs_counted=False, not_counted=str(exc),
@@ -203,10 +203,12 @@ class Profiler:
             for name, s in seconds.items())
         return RunProfile(wall, phases_profiled, tuple(jobs), status_store_s=time.monotonic() - reading)
 
-    def _profiled(self, job: TaggedJob) -> ProfiledJob:
-        prefix = f"{self.run_tag}-"
-        phase = next((tag[len(prefix):] for tag in job.tags if tag.startswith(prefix)), OTHER)
-        return ProfiledJob(job.job_id, phase, job.name, job.seconds)
+    def _jobs(self, phases: list[str]) -> list[ProfiledJob]:
+        """The run's jobs, each with the phase whose tag it carried (`other`: none)."""
+        found = jobs_by_tag(self.sc, [self.run_tag, *(self._phase_tag(name) for name in phases)])
+        phase_of = {job.job_id: name for name in phases for job in found[self._phase_tag(name)]}
+        return [ProfiledJob(job.job_id, phase_of.get(job.job_id, OTHER), job.name, job.seconds)
+                for job in found[self.run_tag]]
 
     def stop(self) -> None:
         """Stop tagging the thread's jobs (idempotent): a run that ends, by `finish` or
