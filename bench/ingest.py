@@ -6,8 +6,9 @@ rows is ingested with `IngestionJob` + `SqlTableSource` + `AutoIncrementIdPlanne
 default ranges of at most 1,000,000 ids) into a versioned table, in one `local[2]`
 session (unless `--master`); then `--increment` rows are added and ingested as one more
 range. Reported per load: seconds, ranges, rows and rows per second (source read, the
-write's classification against the table and the commit, end to end), and per range the
-rows and the slices the source was read in. Writes `docs/bench/ingest/ingest.json`.
+write's classification against the table and the commit, end to end), its Spark jobs and
+the seconds spent in them and outside, and per range the rows and the slices the source
+was read in. Writes `docs/bench/ingest/ingest.json`.
 
     .venv/bin/python -m bench.ingest                          # 5,000,000 rows + 10,000
     .venv/bin/python -m bench.ingest --rows 1000000 --out /tmp/ingest_1m.json
@@ -33,6 +34,7 @@ from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.ranges.sql_slices import slice_count
 from offset_assets.spark import get_spark_session
+from offset_assets.spark_jobs import count_spark_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "bench" / "ingest" / "ingest.json"
@@ -59,11 +61,16 @@ def add_customers(path: Path, first_id: int, count: int) -> None:
 
 def timed_load(ingestion: RangeIngestion, run_id: str, source: SqlTableSource, parallelism: int) -> dict:
     started = time.perf_counter()
-    results = ingestion.run_pending(run_id=run_id)
+    with count_spark_jobs(ingestion.spark) as jobs:
+        results = ingestion.run_pending(run_id=run_id)
     seconds = time.perf_counter() - started
     rows = sum(r.rows_read for r in results)
+    in_jobs = sum(job.seconds or 0 for job in jobs.jobs)
     return {
         "seconds": round(seconds, 2), "rows": rows, "rows_per_s": round(rows / seconds),
+        # Where the time went: in Spark jobs (the read, classification and write run in
+        # them), and around them (planning, catalog, commit, the driver's Python).
+        "spark_jobs": jobs.count, "spark_job_s": round(in_jobs, 2), "outside_jobs_s": round(seconds - in_jobs, 2),
         "ranges": [{"range": f"({r.data_range.start}, {r.data_range.end}]", "rows": r.rows_read,
                     "rows_upserted": r.rows_upserted,
                     "slices": slice_count(r.rows_read, source.rows_per_slice, parallelism)} for r in results],

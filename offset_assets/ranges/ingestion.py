@@ -226,7 +226,10 @@ class RangeIngestion:
                                        self.job.target.primary_key, self.job.target.schema,
                                        warehouse=self.warehouse)
                 hot = table.open_delta(holder=f"ingestion:{self.job.name}", run_id=run_id)
-                stats = hot.write(rows)
+                # One write, then the commit (last: no file for unchanged rows). Without a
+                # transform the rows are the source's, counted by it: the write runs in one pass.
+                counted = batch.row_count if self.job.transform is None else None
+                stats = hot.write(rows, last=True, rows=counted)
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,

@@ -4,21 +4,44 @@
 immutable Parquet files under the delta's folder; nothing is visible until the delta is
 committed (`commit`, or `commit.py` for several tables in one transaction) or rolled
 back. `HotTable` is what a hot delta needs of its table (`VersionedTable` has it).
+
+A write runs one of two ways:
+- its row count unknown: the classification is cached, counted by one Spark job (its
+  counts refuse it before any file is written), then its versions are written;
+- its row count given by the caller (`rows`: a source that counted its range): one
+  pass, the classification counted while its versions are written (an observation of
+  the write's own job, no count job); a refused write's files are deleted before the
+  error is raised. A write of at most `SMALL_WRITE_ROWS` rows is classified in one
+  partition: no shuffle, so its pass is one Spark job with or without adaptive
+  execution; a larger one is shuffled once by key into one partition per core (at
+  least one per `ROWS_PER_FILE`), each classified, sorted and written as one file.
+Either way nothing of a refused write is kept.
+
+The committed versions a write is classified against (its candidates) are those of its
+keys in the snapshot and the deltas after it. When the catalog counts more than
+`WHOLE_SCAN_ROWS` of those, the scan is bounded by the written keys first (one Spark
+job), so that Parquet skips the files (sorted by key) that cannot hold them: by the min
+and max of the first key column, or its values for a write of a few rows. A new id range
+written into a large table reads no file of it. A small write does not semi-join its
+candidates with its keys (no shuffle, no broadcast): the classification drops the rest,
+which for keys spread over a large table means aggregating much of it in one task.
 """
 
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Sequence
 from typing import Protocol
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DateType, DecimalType, IntegralType, StringType, StructType, TimestampType
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.records import COMMITTED, DeltaInfo, HotCommit, SnapshotInfo
+from offset_assets.spark import is_connect_session
 from offset_assets.versioned import writes
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.errors import (
@@ -28,8 +51,9 @@ from offset_assets.versioned.errors import (
     NullKeyError,
     SchemaMismatchError,
 )
+from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
-from offset_assets.versioned.reads import TableReader
+from offset_assets.versioned.reads import TableReader, versions_bound
 from offset_assets.versioned.table_schema import conform
 from offset_assets.versioned.writes import Refusal, WriteStats
 
@@ -37,7 +61,19 @@ __all__ = ["HotDelta", "HotTable"]
 
 # Versions per Parquet file written by one write (more files only for very large writes).
 ROWS_PER_FILE = 1_000_000
+# A write of at most this many rows (the caller's count) is classified in one partition;
+# a larger one in partitions of at least as many rows, one per core at most.
+SMALL_WRITE_ROWS = 50_000
+ROWS_PER_PARTITION = 50_000
+# A small write of at most this many rows bounds its candidates by its keys' values
+# (an IN list), a larger one by their min and max.
+IN_LIST_ROWS = 1_000
+# Committed versions (the catalog's count) below which a write's candidates are read
+# whole: bounding the scan by the written keys would cost a Spark job to save little.
+WHOLE_SCAN_ROWS = 100_000
 MAX_EXAMPLES = 5
+# Column types whose Parquet statistics can bound a scan by a key's values.
+_PRUNABLE = (IntegralType, StringType, DateType, TimestampType, DecimalType)
 
 
 class HotTable(Protocol):
@@ -90,7 +126,7 @@ class HotDelta:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
     def write(self, df: DataFrame, actual: DataFrame | None = None, refusal: Refusal | None = None,
-              last: bool = False, large: bool = False) -> WriteStats:
+              last: bool = False, large: bool = False, rows: int | None = None) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `actual`: the caller's read of the actual rows (data columns, sys_op, sys_from) of
@@ -102,12 +138,17 @@ class HotDelta:
         that created no version get no file: that file only lets a later write into the
         same delta refuse another state of those keys (a Spark job saved).
         `large`: the rows may not fit in memory (a batch above the catalog's limit): the
-        frames the write reads twice are cached on disk only (`caching.storage_level`)."""
+        frames the write reads twice are cached on disk only (`caching.storage_level`).
+        `rows`: the number of rows of `df`, when the caller knows it without a Spark job:
+        the write then runs in one pass (see the module docstring)."""
         self._check_writable("write to")
         table = self.table
         keep = [refusal.column] if refusal else []
-        stats = self._write(conform(table.name, df, table.schema, table.primary_key, keep=keep), actual, refusal,
-                            keep_unchanged=not last, large=large)
+        incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep)
+        if rows is None:
+            stats = self._write(incoming, actual, refusal, keep_unchanged=not last, large=large)
+        else:
+            stats = self._write_in_one_pass(incoming, rows, actual, refusal, keep_unchanged=not last, large=large)
         self._last_written = last
         return stats
 
@@ -170,27 +211,79 @@ class HotDelta:
         level = storage_level(large)
         incoming = incoming.persist(level)
         try:
-            if actual is None:
-                candidates = self._candidates(incoming.select(*table.primary_key))
+            if actual is not None:
+                candidates = _actual_columns(actual, table)
             else:
-                candidates = actual.select(*table.data_columns, SYS_OP, "sys_from")
+                committed = self._committed()
+                candidates = None if committed is None else self._candidates(incoming, None, *committed)
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key,
                 refused=refusal.column if refusal else None,
             ).persist(level)
             try:
-                counts = {row[0]: row[1] for row in classified.groupBy(writes.KIND).count().collect()}
+                row = classified.agg(*writes.counts_of(classified)).first()
+                counts = {kind: int(row[kind] or 0) for kind in writes.KINDS}
                 self._refuse_bad_rows(classified, counts, refusal)
-                stats = WriteStats(
-                    counts.get(writes.UPSERT, 0),
-                    counts.get(writes.DELETE, 0),
-                    counts.get(writes.UNCHANGED, 0),
-                )
+                stats = _stats(counts)
                 self._store(classified, stats, keep_unchanged)
             finally:
                 classified.unpersist()
         finally:
             incoming.unpersist()
+        return self._add(stats)
+
+    def _write_in_one_pass(self, incoming: DataFrame, rows: int, actual: DataFrame | None,
+                           refusal: Refusal | None, keep_unchanged: bool, large: bool) -> WriteStats:
+        """Classify, count and write in one Spark job (the counts observed while the
+        versions are written); a refused write's files are deleted before it raises."""
+        table = self.table
+        small = rows <= SMALL_WRITE_ROWS
+        committed = self._committed() if actual is None else None
+        # A large write whose candidates are looked up reads its rows twice: cached. A
+        # small one reads them again (its cache would be a Spark job of its own under
+        # adaptive execution); one with nothing committed reads them once.
+        cache = committed is not None and not small
+        if cache:
+            incoming = incoming.persist(storage_level(large))
+        try:
+            if actual is not None:
+                candidates = _actual_columns(actual, table)
+            else:
+                candidates = None if committed is None else self._candidates(incoming, rows, *committed)
+            partitions = 1 if small else _partitions(table.reader.spark, rows)
+            classified = writes.classify(
+                incoming, self._prior_states(), candidates, table.schema, table.primary_key,
+                refused=refusal.column if refusal else None, partitions=partitions,
+            )
+            number = self._writes + 1
+            versions_at, unchanged_at = write_path(self.data_path, number), noop_path(self.data_path, number)
+            observation = Observation(f"write-{uuid.uuid4().hex}")
+            observed = classified.observe(observation, *writes.counts_of(classified))
+            try:
+                _write_sorted(writes.versions_of(observed, table.schema, table.primary_key, self.delta_num),
+                              versions_at, table.primary_key)
+                counts = {kind: int(observation.get.get(kind) or 0) for kind in writes.KINDS}
+                self._refuse_bad_rows(classified, counts, refusal)
+                stats = _stats(counts)
+                if not stats.rows_upserted + stats.rows_deleted:
+                    table.files.delete(versions_at)  # the empty file of a write that made no version
+                if stats.rows_unchanged and keep_unchanged:  # a second pass, for a later write's check
+                    _write_sorted(writes.unchanged_of(classified, table.schema), unchanged_at, table.primary_key)
+            except BaseException:
+                table.files.delete(versions_at)
+                table.files.delete(unchanged_at)
+                raise
+        finally:
+            if cache:
+                incoming.unpersist()
+        self._writes = number
+        if stats.rows_upserted + stats.rows_deleted:
+            self._version_paths.append(versions_at)
+        if stats.rows_unchanged and keep_unchanged:
+            self._unchanged_paths.append(unchanged_at)
+        return self._add(stats)
+
+    def _add(self, stats: WriteStats) -> WriteStats:
         self.rows_upserted += stats.rows_upserted
         self.rows_deleted += stats.rows_deleted
         self.rows_unchanged += stats.rows_unchanged
@@ -205,22 +298,51 @@ class HotDelta:
         unchanged = table.reader.scan(self._unchanged_paths).select(*table.data_columns, SYS_OP)
         return versions.unionByName(unchanged)
 
-    def _candidates(self, keys: DataFrame) -> DataFrame | None:
-        """Committed versions of `keys` that may be actual before this delta: those in the
-        latest snapshot and in the deltas after it (None when nothing is committed)."""
-        table = self.table
-        snapshot, after, _ = table.actual_sources(self.delta_num - 1)
+    def _committed(self) -> tuple[list[str], int | None] | None:
+        """The folders of the versions that may be actual before this delta (the latest
+        snapshot's and the deltas' after it) and the catalog's count of those versions
+        (None when one is unknown); None when nothing is committed."""
+        snapshot, after, _ = self.table.actual_sources(self.delta_num - 1)
         if snapshot is None and not after:
             return None
         paths = ([snapshot.data_path] if snapshot else []) + [d.data_path for d in after]
-        return table.reader.scan(paths).join(keys, on=table.primary_key, how="left_semi")
+        listed = versions_bound(after)
+        return paths, None if listed is None else listed + (snapshot.row_count if snapshot else 0)
+
+    def _candidates(self, incoming: DataFrame, rows: int | None, paths: list[str], committed: int | None,
+                    ) -> DataFrame:
+        """Committed versions (under `paths`, `committed` of them) of the keys of
+        `incoming` (`rows` rows, when the caller counted them). A small write is classified
+        in one partition, where the candidates are not semi-joined with its keys (a join
+        would be a shuffle or a broadcast, a Spark job of its own): the classification
+        drops the keys nobody writes. Its candidates are bounded by the values of its first
+        key column when it has at most `IN_LIST_ROWS` rows (a longer IN list costs more to
+        parse than it saves), by their min and max otherwise."""
+        small = rows is not None and rows <= SMALL_WRITE_ROWS
+        table = self.table
+        pk = table.primary_key
+        scan = table.reader.scan(paths)
+        keys = incoming.select(*pk)
+        if committed is not None and committed <= WHOLE_SCAN_ROWS:
+            return scan if small else scan.join(keys, on=pk, how="left_semi")
+        first = table.schema[pk[0]]
+        if not isinstance(first.dataType, _PRUNABLE):
+            return scan.join(keys, on=pk, how="left_semi")
+        if not small:
+            return scan.where(_within(incoming, pk[0])).join(keys, on=pk, how="left_semi")
+        # One partition, no join: the classification drops the candidates of keys not written.
+        if rows <= IN_LIST_ROWS:  # the first key column's values
+            values = [row[0] for row in incoming.coalesce(1).select(pk[0]).distinct().collect()]
+            written = [v for v in values if v is not None]
+            return scan.where(in_values(pk[0], written) if written else F.lit(False))
+        return scan.where(_within(incoming.coalesce(1), pk[0]))
 
     def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int], refusal: Refusal | None) -> None:
         table = self.table
         pk = table.primary_key
         if refusal is not None and counts.get(writes.REFUSED):
-            example = classified.where(F.col(writes.KIND) == writes.REFUSED).select(*refusal.example_columns)
-            raise refusal.error(example.first().asDict())
+            example = classified.where(F.col(writes.KIND) == writes.REFUSED).select(*refusal.example_columns).first()
+            raise refusal.error(example.asDict() if example is not None else {})
 
         def rows_of(kind: str, *columns: str) -> list[dict]:
             found = classified.where(F.col(writes.KIND) == kind).select(*columns).distinct()
@@ -338,5 +460,40 @@ class HotDelta:
 
 def _write_parquet(frame: DataFrame, path: str, rows: int, primary_key: Sequence[str]) -> None:
     files = max(1, math.ceil(rows / ROWS_PER_FILE))
+    _write_sorted(frame.coalesce(files), path, primary_key)
+
+
+def _write_sorted(frame: DataFrame, path: str, primary_key: Sequence[str]) -> None:
+    """One file per partition of `frame`, sorted by key (Spark drops the sort when the
+    partition already is, as a classification in `partitions` leaves it)."""
     # "error", not its alias "errorifexists": Spark Connect accepts only the former.
-    frame.coalesce(files).sortWithinPartitions(*primary_key).write.mode("error").parquet(path)
+    frame.sortWithinPartitions(*primary_key).write.mode("error").parquet(path)
+
+
+def _stats(counts: dict[str, int]) -> WriteStats:
+    return WriteStats(counts[writes.UPSERT], counts[writes.DELETE], counts[writes.UNCHANGED])
+
+
+def _actual_columns(actual: DataFrame, table: HotTable) -> DataFrame:
+    return actual.select(*[F.col(f"`{c}`") for c in table.data_columns], F.col(SYS_OP), F.col("sys_from"))
+
+
+def _within(incoming: DataFrame, column: str) -> Column:
+    """`column` between the smallest and the largest value `incoming` has in it (one
+    Spark job): a filter Parquet answers from its statistics, skipping the files and row
+    groups outside. No value (an empty write, only null keys): no candidate."""
+    low, high = incoming.agg(F.min(f"`{column}`"), F.max(f"`{column}`")).first()
+    if low is None:
+        return F.lit(False)
+    return F.col(f"`{column}`").between(F.lit(low), F.lit(high))
+
+
+def _partitions(spark: SparkSession, rows: int) -> int:
+    """Partitions of a write of `rows` that is not small: one per core of the session (a
+    Spark Connect client asks `spark.default.parallelism`), at least one per
+    `ROWS_PER_FILE`, none below `ROWS_PER_PARTITION` rows."""
+    if is_connect_session(spark):
+        cores = int(spark.conf.get("spark.default.parallelism", None) or 1)
+    else:
+        cores = spark.sparkContext.defaultParallelism
+    return max(1, math.ceil(rows / ROWS_PER_FILE), min(cores, rows // ROWS_PER_PARTITION))

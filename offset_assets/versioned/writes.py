@@ -13,9 +13,16 @@ non-key columns of a delete ignored (a delete is about a key). Then, per row:
 - otherwise a version: the upsert itself, or a tombstone (sys_op = 1) carrying the data
   of the version it deletes, so that change readers still see the deleted values.
 
-The classification runs once (persisted); its counts decide refusal before anything is
-written, so a refused write leaves no file behind. Counts are per key: a key's rows are
-grouped by one shuffle, which yields its distinct states (exact duplicates collapse).
+Counts are per key: a key's rows are grouped once, and the smallest and the largest of
+its states (structs, ordered as Spark orders them) tell whether it has one state or
+several. That is plain min/max aggregation, where a set of states per key (collect_set)
+was an object aggregation that fell back to sorting after 128 keys: a 1M-row write spent
+most of its time there. Two states equal under SQL's `<=>` (0.0 and -0.0, NaN and NaN)
+are one state, as they are when a state is compared with the actual version. Every
+column type a table may have is ordered (maps, which are not, are refused at definition).
+
+How a write runs the classification, and when its counts refuse it before or after its
+files are written, is `hot_delta.py`'s part.
 """
 
 from __future__ import annotations
@@ -36,7 +43,10 @@ REFUSED, BAD_KEY, BAD_NULL, BAD_OP = "refused", "bad_key", "bad_null", "bad_op"
 CONFLICT_IN_WRITE, CONFLICT_IN_DELTA = "conflict_in_write", "conflict_in_delta"
 SEEN, UNCHANGED, UPSERT, DELETE = "seen", "unchanged", "upsert", "delete"
 PRIOR, ACTUAL = "__prior", "__actual"
-_INCOMING, _STATES, _BAD_NULL, _REFUSED = "__incoming", "__states", "__bad_null", "__refused"
+_INCOMING, _FIRST, _LAST = "__incoming", "__first_state", "__last_state"
+_BAD_NULL, _REFUSED = "__bad_null", "__refused"
+# The kinds a write is counted by: each one refuses it except the last four.
+KINDS = (REFUSED, BAD_KEY, BAD_OP, BAD_NULL, CONFLICT_IN_WRITE, CONFLICT_IN_DELTA, SEEN, UNCHANGED, UPSERT, DELETE)
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ def classify(
     schema: StructType,
     primary_key: Sequence[str],
     refused: str | None = None,
+    partitions: int | None = None,
 ) -> DataFrame:
     """One row per incoming key: its state, a `__kind`, and the actual version (`__actual`,
     whose data a tombstone carries).
@@ -86,10 +97,17 @@ def classify(
     `prior`: states written earlier into the same hot delta (None: first write);
     `candidates`: the committed versions of the incoming keys that can be actual (the
     snapshot's and those of later deltas; None: nothing committed). All three are
-    grouped by key in one shuffle: the incoming states of a key are collected as a set
+    grouped by key: a key's incoming states are one state when their min and max agree
     (duplicates collapse), and the actual version is the candidate with the highest
     sys_from (max of a struct that starts with sys_from). `refused`: a boolean column of
     `incoming` marking rows the caller refuses (a key with such a row is `refused`).
+
+    `partitions`: None, Spark plans the grouping's shuffle; 1, the rows are gathered in
+    one partition first, which satisfies the grouping without an exchange (a small write:
+    one Spark job, also under adaptive execution, where each shuffle is a job of its own);
+    n, one shuffle into n partitions by key. With 1 or n the result is sorted by key
+    within each partition (the grouping sorts), so the caller can write each partition
+    as one sorted file without sorting again.
     """
     values = [f.name for f in schema.fields if f.name not in primary_key]
     state_columns = values + [SYS_OP]
@@ -114,17 +132,22 @@ def classify(
     if candidates is not None:
         parts.append(candidates.select(*keys, struct_of([SYS_FROM, *state_columns]).alias(ACTUAL)))
     union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    if partitions == 1:
+        union = union.coalesce(1)
+    elif partitions is not None:
+        union = union.repartition(partitions, *keys)
     aggregates = [
-        F.collect_set(_INCOMING).alias(_STATES),
+        F.min(_INCOMING).alias(_FIRST),
+        F.max(_INCOMING).alias(_LAST),
         F.max(BAD_OP_VALUE).alias(BAD_OP_VALUE),
         F.max(_BAD_NULL).alias(_BAD_NULL),
         *([F.max(_REFUSED).alias(_REFUSED)] if refused else []),
     ]
     aggregates += [F.max(c).alias(c) for c in (PRIOR, ACTUAL) if c in union.columns]
-    grouped = union.groupBy(*keys).agg(*aggregates).where(F.size(_STATES) > 0)
+    grouped = union.groupBy(*keys).agg(*aggregates).where(F.col(_FIRST).isNotNull())
     states = grouped.select(
         *keys,
-        *[F.col(_STATES)[0][c].alias(c) for c in state_columns],
+        *[F.col(_FIRST)[c].alias(c) for c in state_columns],
         *[c for c in grouped.columns if c not in primary_key],
     )
 
@@ -133,7 +156,7 @@ def classify(
     kind = (
         kind.when(F.col(BAD_OP_VALUE).isNotNull(), BAD_OP)
         .when(F.col(_BAD_NULL) == 1, BAD_NULL)
-        .when(F.size(_STATES) > 1, CONFLICT_IN_WRITE)
+        .when(~F.col(_FIRST).eqNullSafe(F.col(_LAST)), CONFLICT_IN_WRITE)
     )
     if prior is not None:
         seen = F.col(PRIOR).isNotNull()
@@ -145,7 +168,14 @@ def classify(
         kind = kind.when((op == OP_UPSERT) & exists & same, UNCHANGED)
         kind = kind.when((op == OP_DELETE) & exists, DELETE)
     kind = kind.when(op == OP_DELETE, UNCHANGED).otherwise(UPSERT)
-    return states.withColumn(KIND, kind)
+    kept = [c for c in states.columns if c not in (_FIRST, _LAST, _BAD_NULL, _REFUSED, PRIOR)]
+    return states.select(*[F.col(f"`{c}`") for c in kept], kind.alias(KIND))
+
+
+def counts_of(classified: DataFrame) -> list[Column]:
+    """Aggregates counting `classified`'s rows per kind (one column per kind in `KINDS`),
+    for a `groupBy`-free count or one observed while the rows are written."""
+    return [F.sum(F.when(F.col(KIND) == kind, 1).otherwise(0)).alias(kind) for kind in KINDS]
 
 
 def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int) -> DataFrame:
