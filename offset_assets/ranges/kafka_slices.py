@@ -12,14 +12,13 @@ every offset below it is decided (a committed message, an aborted one, a transac
 marker), so a task reads through to the stop, and the range ends exactly there.
 
 A range is read from the brokers once (`read_slices`): its messages are counted as they
-are read and kept on the executors' disks, and the count and the write read that copy.
-Their offsets alone give no count: transaction markers and aborted messages occupy
-offsets too.
+are read (their offsets give no count: transaction markers and aborted messages occupy
+offsets too) and kept on the executors' disks, and the write reads that copy.
 
 The consumer settings may hold secrets (`sasl.password`, `ssl.key.password`): they are
 not a data source option, which Spark keeps in the query's plan, but an attribute of a
-data source class made for them (`_source_for`), which reaches the executors pickled.
-Messages and `__repr__`s show them redacted.
+data source class made for them (`_source_for`), which reaches the executors pickled;
+reprs show them redacted (`redacted`).
 """
 
 from __future__ import annotations
