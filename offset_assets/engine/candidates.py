@@ -1,11 +1,17 @@
 """Candidates of the changed index, rows of (transform keys..., update_ts, _input_name):
 the keys each version of an input marks (one rule for v1 and v2, `_versions_in`), the
 primary records a changed reference row points at (reverse join), the keys whose last
-processing failed, and the keys a pending reprocess request still covers."""
+processing failed, and the keys a pending reprocess request still covers.
+
+A part whose plan scans only rows the catalog bounds within the run's limit (the deltas
+since the offsets, the listed failures) is planned in one partition
+(`loading.one_partition`) and says so (`Candidates.one_partition`): the changed index
+then checks it against the meta without an exchange."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -14,14 +20,23 @@ from pyspark.sql.types import DoubleType, StringType
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.index_bounds import actual_bound
 from offset_assets.engine.index_request import RunSnapshot
-from offset_assets.engine.loading import build_side, read_actual_matching
+from offset_assets.engine.loading import build_side, is_bounded, one_partition, read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
-from offset_assets.versioned.layout import OP_UPSERT
+from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.table import VersionedTable
 
 INPUT_COL = "_input_name"
 TS_COL = "update_ts"
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Candidate rows, and whether their plan runs in one partition (every scan below it
+    bounded by the catalog within the limit)."""
+
+    rows: DataFrame
+    one_partition: bool = False
 
 
 def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
@@ -30,7 +45,7 @@ def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
 
 def _versions_in(
     inp: TransformInput, deltas: Sequence[DeltaInfo], columns: list[str], limit: int | None = None,
-) -> DataFrame:
+) -> Candidates:
     """(columns..., update_ts) of every version of `inp` written by `deltas`: the keys
     each version marks, stamped with its update_ts.
 
@@ -46,13 +61,19 @@ def _versions_in(
     key, so only the versions themselves are read; otherwise the replaced version is
     found inside the range by a window over the record's versions, before the range by an
     as-of read of the actual state (which holds no tombstones).
+
+    The versions of `deltas` are one partition when the catalog bounds them within
+    `limit`; the as-of read of the table is not (it scans the table).
     """
     table = inp.table
-    changes = table.reader.history(deltas)
+    pk = list(table.primary_key)
+    bound = versions_bound(deltas)  # one row per record that has a version in `deltas`
+    changes = table.reader.history(deltas).select(*dict.fromkeys([*columns, *pk, SYS_FROM, SYS_OP, TS_COL]))
+    changes = one_partition(changes, bound, limit)
+    single = limit is not None and is_bounded(bound, limit)
     picked = _null_free(changes.select(*columns, TS_COL), columns)
     if set(columns) <= set(table.primary_key):
-        return picked
-    pk = list(table.primary_key)
+        return Candidates(picked, single)
     by_record = Window.partitionBy(*pk).orderBy("sys_from")
     previous = changes.select(
         *[F.lag(c).over(by_record).alias(c) for c in columns],
@@ -64,13 +85,12 @@ def _versions_in(
     marked = picked.unionByName(within)
     first = deltas[0].delta_num
     if first <= 1:
-        return marked
+        return Candidates(marked, single)
     earliest = changes.groupBy(*pk).agg(F.min(TS_COL).alias(TS_COL))
-    bound = versions_bound(deltas)  # one row per record that has a version in `deltas`
     before = table.read_actual(as_of_delta=first - 1, keys=build_side(earliest.select(*pk), bound, limit))
     before = before.select(*pk, *[c for c in columns if c not in pk])
     before = before.join(build_side(earliest, bound, limit, inner=True), on=pk).select(*columns, TS_COL)
-    return marked.unionByName(_null_free(before, columns))
+    return Candidates(marked.unionByName(_null_free(before, columns)))
 
 
 def input_candidates(
@@ -80,63 +100,77 @@ def input_candidates(
     snapshot: RunSnapshot,
     pushdown_limit: int,
     broadcast_limit: int | None = None,
-) -> DataFrame:
+    small: bool = False,
+) -> Candidates:
     """(transform keys..., update_ts, _input_name) marked by the changes of one input
-    written by `deltas`."""
+    written by `deltas`.
+
+    `small`: the catalog bounds the changed index within `broadcast_limit`
+    (`index_bounds.most_index_rows`); the rows a reference's reverse join reads are then
+    bounded too (each primary input's upserted rows bound the index), so they are read
+    into one partition and joined in place with the changed references when those are one
+    partition too, without a broadcast (a Spark job of its own)."""
     keys = list(transformation.transform_keys)
     if not inp.is_reference:
         marked = _versions_in(inp, deltas, keys, broadcast_limit)
-    else:
-        join_keys = dict(inp.join_keys)
-        ref_cols = list(join_keys.values())
-        # At most one row per version (the reference's primary key holds the join columns)
-        # or three (the new value, the replaced one within the range and before it).
-        bound = versions_bound(deltas)
-        if bound is not None and not set(ref_cols) <= set(inp.table.primary_key):
-            bound *= 3
-        changed = _versions_in(inp, deltas, ref_cols, broadcast_limit).select(
-            *[F.col(ref).alias(primary) for primary, ref in join_keys.items()], TS_COL
-        )
-        marked = None
-        primary_cols = list(join_keys)
-        for primary in transformation.primary_inputs:
-            if not set(primary_cols) <= set(primary.table.data_columns):
-                continue
-            pointing = read_actual_matching(
-                primary.table,
-                changed,
-                {col: col for col in primary_cols},
-                snapshot.deltas.get(primary.name, 0),
-                pushdown_limit,
-                most_values=bound,
-                broadcast_limit=broadcast_limit,
-            ).select(*{*keys, *primary_cols})
+        return Candidates(marked.rows.withColumn(INPUT_COL, F.lit(inp.name)), marked.one_partition)
+    join_keys = dict(inp.join_keys)
+    ref_cols = list(join_keys.values())
+    # At most one row per version (the reference's primary key holds the join columns)
+    # or three (the new value, the replaced one within the range and before it).
+    bound = versions_bound(deltas)
+    if bound is not None and not set(ref_cols) <= set(inp.table.primary_key):
+        bound *= 3
+    versions = _versions_in(inp, deltas, ref_cols, broadcast_limit)
+    changed = versions.rows.select(*[F.col(ref).alias(primary) for primary, ref in join_keys.items()], TS_COL)
+    in_place = small and versions.one_partition
+    marked = None
+    primary_cols = list(join_keys)
+    for primary in transformation.primary_inputs:
+        if not set(primary_cols) <= set(primary.table.data_columns):
+            continue
+        pointing = read_actual_matching(
+            primary.table,
+            changed,
+            {col: col for col in primary_cols},
+            snapshot.deltas.get(primary.name, 0),
+            pushdown_limit,
+            most_values=bound,
+            broadcast_limit=broadcast_limit,
+        ).select(*{*keys, *primary_cols})
+        if in_place:
+            hit = pointing.coalesce(1).join(changed.hint("merge"), on=primary_cols)
+        else:
             hit = pointing.join(build_side(changed, bound, broadcast_limit, inner=True), on=primary_cols)
-            hit = hit.select(*keys, TS_COL)
-            marked = hit if marked is None else marked.unionByName(hit)
-    return marked.withColumn(INPUT_COL, F.lit(inp.name))
+        hit = hit.select(*keys, TS_COL)
+        marked = hit if marked is None else marked.unionByName(hit)
+    return Candidates(marked.withColumn(INPUT_COL, F.lit(inp.name)), in_place)
 
 
 def failed_keys(transformation: Transformation, meta: VersionedTable, failed_deltas: Sequence[DeltaInfo] | None,
-                ) -> DataFrame | None:
+                limit: int | None = None) -> Candidates | None:
     """Keys whose last processing failed: retried by every run, whatever the offsets.
 
     v2 (`failed_deltas` given) reads only the meta deltas that recorded failures still
     listed in the control plane, so the cost follows the failures, not the meta; v1
     (`None`) scans the actual meta. The caller's meta check drops keys that have since
-    been processed with success."""
+    been processed with success. The listed deltas are one partition when the catalog
+    bounds them within `limit`."""
     keys = list(transformation.transform_keys)
+    single = False
     if failed_deltas is None:
         source = meta.read_actual()
     elif not failed_deltas:
         return None
     else:
-        source = meta.reader.history(failed_deltas)
-    return source.where(~F.col("is_success")).select(
+        bound = versions_bound(failed_deltas)
+        source = one_partition(meta.reader.history(failed_deltas).select(*keys, "is_success"), bound, limit)
+        single = limit is not None and is_bounded(bound, limit)
+    return Candidates(source.where(~F.col("is_success")).select(
         *keys,
         F.lit(None).cast(DoubleType()).alias(TS_COL),
         F.lit(None).cast(StringType()).alias(INPUT_COL),
-    )
+    ), single)
 
 
 def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapshot: RunSnapshot,

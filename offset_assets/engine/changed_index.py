@@ -17,7 +17,11 @@ keys.
 Every join of the index is planned from the catalog before the plan is built: a side
 whose rows the catalog's per-delta counts bound within `broadcast_limit` may be
 broadcast (the changes of an incremental run), any other is shuffled (a first run, a
-reprocess, v1's whole meta), so no JVM holds a relation proportional to the tables.
+reprocess, v1's whole meta), so no JVM holds a relation proportional to the tables. The
+meta check of a small run plans no exchange at all: when every candidate scan and the
+meta deltas are bounded within the limit, both sides are one partition
+(`loading.one_partition`) and are joined in place; when no meta delta was committed
+since the offsets, there is nothing to check against and no join.
 
 The parts, one module each: `index_request.py` (what the control plane says, which
 deltas each input contributes), `candidates.py` (the keys versions mark, failed keys,
@@ -35,11 +39,19 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
-from offset_assets.engine.candidates import INPUT_COL, TS_COL, failed_keys, input_candidates, reprocess_keys
+from offset_assets.engine.candidates import (
+    INPUT_COL,
+    TS_COL,
+    Candidates,
+    failed_keys,
+    input_candidates,
+    reprocess_keys,
+)
 from offset_assets.engine.index_bounds import actual_bound, most_index_rows
 from offset_assets.engine.index_request import IndexRequest, listed_failure_deltas
-from offset_assets.engine.loading import build_side
+from offset_assets.engine.loading import build_side, is_bounded, one_partition
 from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.layout import SYS_FROM
 from offset_assets.versioned.reads import broadcast_limit as reads_broadcast_limit
 from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.table import VersionedTable
@@ -78,12 +90,14 @@ def latest_meta_since(meta: VersionedTable, since: float, up_to_delta: int | Non
     return latest_meta_of(meta, meta.catalog.committed(meta.name, since_ts=since, up_to_delta=up_to_delta))
 
 
-def latest_meta_of(meta: VersionedTable, deltas: Sequence[DeltaInfo]) -> DataFrame:
-    """The newest meta version of every key that has one in `deltas`."""
-    history = meta.reader.history(deltas)
+def latest_meta_of(meta: VersionedTable, deltas: Sequence[DeltaInfo], limit: int | None = None) -> DataFrame:
+    """The newest meta version (keys, process_ts, is_success) of every key that has one in
+    `deltas`; one partition when the catalog bounds their versions within `limit`."""
     keys = list(meta.primary_key)
+    history = meta.reader.history(deltas).select(*keys, "process_ts", "is_success", SYS_FROM)
+    history = one_partition(history, versions_bound(deltas), limit)
     newest = Window.partitionBy(*keys).orderBy(F.col("sys_from").desc())
-    return history.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+    return history.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank", SYS_FROM)
 
 
 def compute_changed_index(
@@ -113,17 +127,23 @@ def _compute_changed_index(
     keys = list(transformation.transform_keys)
     if by_input is None:
         by_input = request.deltas_by_input(transformation)
-    parts = [
-        input_candidates(transformation, inp, by_input[inp.name], request.snapshot, pushdown_limit, limit)
+    failures = listed_failure_deltas(meta, request)
+    if request.use_offsets and not by_input and not failures and request.reprocess_ts is None:
+        return None
+    # Known before the plan is built: a small index is planned without exchanges.
+    most_rows = most_index_rows(transformation, request, by_input, failures, meta)
+    small = limit is not None and is_bounded(most_rows, limit)
+    parts: list[Candidates] = [
+        input_candidates(transformation, inp, by_input[inp.name], request.snapshot, pushdown_limit, limit, small)
         for inp in transformation.inputs if inp.name in by_input
     ]
-    failures = listed_failure_deltas(meta, request)
-    failed = failed_keys(transformation, meta, failures if request.use_offsets else None)
+    failed = failed_keys(transformation, meta, failures if request.use_offsets else None, limit)
     if failed is not None:
         parts.append(failed)
     rows = None
     if parts:
-        candidates = reduce(DataFrame.unionByName, parts)
+        candidates = reduce(DataFrame.unionByName, [part.rows for part in parts])
+        single = all(part.one_partition for part in parts)
         if request.use_offsets:
             read_from = [deltas[0].commit_ts for deltas in by_input.values()]
             if request.failed_since is not None:
@@ -133,25 +153,36 @@ def _compute_changed_index(
                 meta_deltas = meta.catalog.committed(meta.name, since_ts=since)
             else:  # the same deltas, from the run's listing (commit_ts >= since, number order)
                 meta_deltas = [d for d in request.meta_deltas if d.commit_ts >= since]
-            known, known_rows = latest_meta_of(meta, meta_deltas), versions_bound(meta_deltas)
+            known_rows = versions_bound(meta_deltas)
+            known = latest_meta_of(meta, meta_deltas, limit) if meta_deltas else None
         else:
-            known = meta.read_actual()
+            known = meta.read_actual().select(*keys, "process_ts", "is_success")
             known_rows = None if limit is None else actual_bound(request.meta_listing(meta))
-        known = build_side(known.select(*keys, "process_ts", "is_success"), known_rows, limit)
-        joined = candidates.join(known, on=keys, how="left")
-        rows = joined.where(
-            F.col("process_ts").isNull()
-            | ~F.col("is_success")
-            | (F.col(TS_COL) > F.col("process_ts"))
-        ).select(*keys, TS_COL, INPUT_COL)
+        rows = candidates.select(*keys, TS_COL, INPUT_COL)
+        if known is not None:  # else no key was processed since the offsets: none to drop
+            in_place = single and limit is not None and is_bounded(known_rows, limit)
+            rows = _unprocessed(candidates, known, keys, in_place, known_rows, limit)
     if request.reprocess_ts is not None:
         waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts, limit,
                                  meta_deltas=request.meta_deltas)
         rows = waiting if rows is None else rows.unionByName(waiting)
     if rows is None:
         return None
-    return ChangedIndex(rows=rows, transform_keys=keys,
-                        most_rows=most_index_rows(transformation, request, by_input, failures, meta))
+    return ChangedIndex(rows=rows, transform_keys=keys, most_rows=most_rows)
+
+
+def _unprocessed(candidates: DataFrame, known: DataFrame, keys: list[str], in_place: bool,
+                 known_rows: int | None, limit: int | None) -> DataFrame:
+    """The candidate rows whose key has no newer successful processing in `known`.
+    `in_place`: both sides are one partition, so a sort-merge join needs no exchange (a
+    broadcast would be a Spark job of its own); else the join is planned by the bound."""
+    known = known.hint("merge") if in_place else build_side(known, known_rows, limit)
+    joined = candidates.join(known, on=keys, how="left")
+    return joined.where(
+        F.col("process_ts").isNull()
+        | ~F.col("is_success")
+        | (F.col(TS_COL) > F.col("process_ts"))
+    ).select(*keys, TS_COL, INPUT_COL)
 
 
 def in_batch_order(keys: DataFrame, transform_keys: list[str]) -> DataFrame:

@@ -31,7 +31,7 @@ from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
-from offset_assets.versioned.reads import broadcast_limit
+from offset_assets.versioned.reads import broadcast_limit, versions_bound
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_PUSHDOWN_LIMIT = 2_000
@@ -41,6 +41,20 @@ def is_bounded(most_rows: int | None, limit: int | None) -> bool:
     """True when a relation of at most `most_rows` rows (None: unknown) may be broadcast
     under `limit` (None: no limit, Spark decides)."""
     return limit is None or (most_rows is not None and most_rows <= limit)
+
+
+def one_partition(frame: DataFrame, scanned_rows: int | None, limit: int | None) -> DataFrame:
+    """`frame` in one partition when the catalog bounds the rows its plan scans within
+    `limit` (None: unbounded, left as it is).
+
+    A single partition satisfies every distribution, so an aggregation, a window or a
+    join of two such frames plans no exchange; under adaptive execution every exchange is
+    a Spark job of its own, which on the few rows of a small run costs more than the
+    work. `coalesce` adds no shuffle but makes the plan below it one task too, hence only
+    over scans the catalog bounds: a large read keeps its partitions."""
+    if is_bounded(scanned_rows, limit) and limit is not None:
+        return frame.coalesce(1)
+    return frame
 
 
 def build_side(frame: DataFrame, most_rows: int | None, limit: int | None, inner: bool = False) -> DataFrame:
@@ -107,12 +121,14 @@ def read_actual_of_keys(table: VersionedTable, keys: KeyValues, as_of_delta: int
 
 
 def latest_of_keys(table: VersionedTable, deltas: Sequence[DeltaInfo], keys: KeyValues,
-                   pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT) -> DataFrame:
+                   pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT, limit: int | None = None) -> DataFrame:
     """Actual rows (data columns) of keys that have a version in `deltas`, read from those
     deltas only: when a key has a version in the deltas up to the run snapshot, the newest
-    of them is its actual version (or its deletion)."""
+    of them is its actual version (or its deletion). One partition when the catalog
+    bounds the deltas' versions within `limit` (`one_partition`)."""
     readable = [d.data_path for d in deltas if not d.is_empty]
     versions = _matching(table.reader.scan(readable), table, keys, pushdown_limit)
+    versions = one_partition(versions, versions_bound(deltas), limit)
     if len(readable) > 1:
         newest = Window.partitionBy(*table.primary_key).orderBy(F.col(SYS_FROM).desc())
         versions = versions.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
@@ -201,14 +217,15 @@ class InputLoader:
 
         Primary inputs are read for the batch's keys; reference inputs only for the join
         values those rows hold (filtered join), never whole. One aggregate per primary
-        input counts its rows and collects those join values in the same Spark job."""
+        input counts its rows and collects those join values in the same Spark job; over
+        one partition when the frame reads only deltas the catalog bounds (no exchange)."""
         t = self.t
         frames: dict[str, DataFrame] = {}
         join_values: dict[str, set[tuple]] = {}
         distributed_values: dict[str, list[DataFrame]] = {}
         for inp in t.primary_inputs:
-            frame = persist(self._primary_frame(inp, keys))
-            frames[inp.name] = frame
+            frame, scanned = self._primary_frame(inp, keys)
+            frame = frames[inp.name] = persist(frame)
             columns = sorted({c for ref in t.reference_inputs for c in ref.join_keys
                               if c in inp.table.data_columns})
             if isinstance(keys, DataFrame):
@@ -219,7 +236,8 @@ class InputLoader:
                     if set(ref.join_keys) <= set(columns):
                         distributed_values.setdefault(ref.name, []).append(frame.select(*ref.join_keys))
                 continue
-            groups = frame.groupBy(*columns).count().collect()
+            limit = self.reads.driver_keys_limit
+            groups = one_partition(frame, scanned, limit).groupBy(*columns).count().collect()
             result.add_rows_read(inp.name, sum(row["count"] for row in groups))
             for ref in t.reference_inputs:
                 if set(ref.join_keys) <= set(columns):
@@ -246,23 +264,26 @@ class InputLoader:
             result.add_rows_read(ref.name, frames[ref.name].count())
         return frames
 
-    def _primary_frame(self, inp: TransformInput, keys: KeyValues | DataFrame) -> DataFrame:
-        """Actual rows of a primary input for the batch's keys. Keys that this input's
-        changes marked are read from the deltas the run read (their newest version is
-        there); others (failed, reprocessed, marked through a reference) from the table."""
+    def _primary_frame(self, inp: TransformInput, keys: KeyValues | DataFrame) -> tuple[DataFrame, int | None]:
+        """Actual rows of a primary input for the batch's keys, and the rows its plan
+        scans when the catalog bounds them (None: it reads the table). Keys that this
+        input's changes marked are read from the deltas the run read (their newest version
+        is there); others (failed, reprocessed, marked through a reference) from the table."""
         table, as_of = inp.table, self.snapshot_deltas.get(inp.name, 0)
         deltas = self.deltas_read.get(inp.name)
         if (not isinstance(keys, KeyValues) or not deltas
                 or set(table.primary_key) != set(self.t.transform_keys)):
-            return self.reads.for_keys(table, keys, as_of).select(*table.data_columns)
+            return self.reads.for_keys(table, keys, as_of).select(*table.data_columns), None
         # KeyValues columns follow the transform keys; the primary key may list them in
         # another order, which `latest_of_keys` does not mind (it joins by name).
         marked = self.marked_by
         via_changes = tuple(k for k in keys.rows if inp.name in marked.get(k, ()))
         others = tuple(k for k in keys.rows if inp.name not in marked.get(k, ()))
-        parts = []
-        if via_changes:
-            parts.append(latest_of_keys(table, deltas, keys.subset(via_changes), self.reads.pushdown_limit))
-        if others or not parts:
-            parts.append(self.reads.for_keys(table, keys.subset(others), as_of).select(*table.data_columns))
-        return union_all(parts)
+        if not via_changes:
+            return self.reads.for_keys(table, keys, as_of).select(*table.data_columns), None
+        latest = latest_of_keys(table, deltas, keys.subset(via_changes), self.reads.pushdown_limit,
+                                self.reads.driver_keys_limit)
+        if not others:
+            return latest, versions_bound(deltas)
+        rest = self.reads.for_keys(table, keys.subset(others), as_of).select(*table.data_columns)
+        return union_all([latest, rest]), None
