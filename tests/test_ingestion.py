@@ -19,6 +19,8 @@ from offset_assets.ranges.planners import (
     UpstreamPlanner,
 )
 from offset_assets.ranges.sources import FolderSource, SqlTableSource
+from offset_assets.spark_jobs import count_spark_jobs
+from offset_assets.versioned import hot_delta
 from offset_assets.versioned.table import VersionedTable
 from tests.customers_source import CUSTOMERS
 
@@ -257,3 +259,26 @@ def test_files_landing_in_day_folders_are_ingested_per_day(sqlite_url, spark, wa
     # Day 3 has not landed: its range succeeds with no rows and no delta.
     (empty,) = ingestion.run_pending(now=datetime(2022, 1, 4, 1))
     assert (empty.rows_read, empty.delta_num) == (0, None)
+
+
+@pytest.mark.parametrize("adaptive", ["false", "true"])
+def test_an_id_range_into_a_large_table_is_read_classified_and_written_in_two_spark_jobs(
+        db_url, spark, warehouse, source_url, monkeypatch, adaptive):
+    spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+    # Every committed table counts as large: its candidates are bounded by the range's keys.
+    monkeypatch.setattr(hot_delta, "WHOLE_SCAN_ROWS", 0)
+    plane = connect(db_url)
+    day = datetime(2022, 1, 1)
+    insert_customers(source_url, *[(f"c{i}", "Oslo", day) for i in range(30)])
+    ingestion = RangeIngestion(spark, plane, id_job(source_url), warehouse)
+    with count_spark_jobs(spark) as first:
+        ingestion.run_pending(run_id="first")
+    assert first.count == 1, first.describe()  # nothing committed: no candidate to look up
+    insert_customers(source_url, *[(f"d{i}", "Rome", day) for i in range(20)])
+    with count_spark_jobs(spark) as increment:
+        (result,) = ingestion.run_pending(run_id="increment")
+    # One job bounds the candidate scan by the range's keys, one reads, classifies and writes.
+    assert increment.count == 2, increment.describe()
+    assert (result.rows_read, result.rows_upserted, result.delta_num) == (20, 20, 2)
+    rows, _ = actual(spark, plane, warehouse)
+    assert len(rows) == 50 and rows[-1] == (50, "d19", "Rome")
