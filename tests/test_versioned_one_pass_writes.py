@@ -13,7 +13,12 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from offset_assets.control_plane import connect
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned import VersionedTable, hot_delta
-from offset_assets.versioned.errors import ConflictingStatesError, InvalidSysOpError, NullKeyError
+from offset_assets.versioned.errors import (
+    ConflictingStatesError,
+    InvalidSysOpError,
+    NullKeyError,
+    VersionedTableError,
+)
 
 SCHEMA = StructType([
     StructField("id", LongType(), False),
@@ -42,9 +47,9 @@ def tables(spark, sqlite_url, warehouse):
             VersionedTable(spark, plane, "one_pass", ["id"], SCHEMA, warehouse=warehouse))
 
 
-def write(table: VersionedTable, df, rows: int | None, last: bool = False):
+def write(table: VersionedTable, df, rows: int | None, last: bool = False, key_range=None):
     hot = table.open_delta()
-    stats = hot.write(df, rows=rows, last=last)
+    stats = hot.write(df, rows=rows, last=last, key_range=key_range)
     hot.commit()
     return stats
 
@@ -60,7 +65,8 @@ def every_version(table: VersionedTable) -> list[tuple]:
     return sorted(tuple(r) for r in rows.select("id", "name", "score", "sys_op", "sys_from", "sys_to").collect())
 
 
-@pytest.mark.parametrize("path", ["small", "shuffled", "candidates bounded by values", "candidates bounded by min/max"])
+@pytest.mark.parametrize("path", ["small", "shuffled", "candidates bounded by values", "candidates bounded by min/max",
+                                  "candidates bounded by the caller's key range"])
 def test_a_write_given_its_row_count_stores_the_versions_and_counts_of_one_counted_first(
         spark, sqlite_url, warehouse, monkeypatch, path):
     if path == "shuffled":  # above the small-write limit: shuffled by key into partitions
@@ -72,7 +78,9 @@ def test_a_write_given_its_row_count_stores_the_versions_and_counts_of_one_count
     counted_first, one_pass = tables(spark, sqlite_url, warehouse)
     for rows in HISTORY:
         df = spark.createDataFrame(rows, ROWS)
-        assert write(one_pass, df, rows=len(rows)) == write(counted_first, df, rows=None)
+        ids = [r[0] for r in rows]
+        key_range = (min(ids), max(ids)) if path.endswith("key range") else None
+        assert write(one_pass, df, len(rows), key_range=key_range) == write(counted_first, df, rows=None)
     assert every_version(one_pass) == every_version(counted_first)
     assert every_version(one_pass)  # the history is not empty
     assert sorted(map(tuple, one_pass.read_actual().select("id", "name", "score").collect())) == [
@@ -156,3 +164,21 @@ def test_a_small_write_into_a_large_table_bounds_its_candidates_in_one_more_job(
     assert jobs.count == 2, jobs.describe()
     assert (stats.rows_upserted, stats.rows_unchanged) == (10, 0)
     assert table.read_actual().count() == 105
+
+
+@pytest.mark.parametrize("path", ["small", "shuffled"])
+def test_a_key_outside_the_key_range_its_caller_gave_refuses_the_write_and_keeps_no_file(
+        spark, sqlite_url, warehouse, monkeypatch, path):
+    if path == "shuffled":
+        shuffled(monkeypatch)
+    table = VersionedTable(spark, connect(sqlite_url), "ranged", ["id"], SCHEMA, warehouse=warehouse)
+    write(table, spark.createDataFrame([(5, "e", 5.0, 0)], ROWS), 1)
+    hot = table.open_delta()
+    # Key 5 lies outside 10..20: its committed version was not looked up.
+    rows = [(5, "e", 5.0, 0), (12, "l", 12.0, 0)]
+    with pytest.raises(VersionedTableError, match=r"'id' values 5..12 fall outside the key range 10..20"):
+        hot.write(spark.createDataFrame(rows, ROWS), rows=2, key_range=(10, 20))
+    assert files_under(hot.data_path) == []
+    hot.write(spark.createDataFrame(rows, ROWS), rows=2, key_range=(1, 20))
+    hot.commit()
+    assert (hot.rows_upserted, hot.rows_unchanged) == (1, 1)

@@ -227,9 +227,11 @@ class RangeIngestion:
                                        warehouse=self.warehouse)
                 hot = table.open_delta(holder=f"ingestion:{self.job.name}", run_id=run_id)
                 # One write, then the commit (last: no file for unchanged rows). Without a
-                # transform the rows are the source's, counted by it: the write runs in one pass.
-                counted = batch.row_count if self.job.transform is None else None
-                stats = hot.write(rows, last=True, rows=counted)
+                # transform the rows are the source's, counted by it: the write runs in one
+                # pass, and an id range of the primary key's first column bounds its lookups.
+                shaped = self.job.transform is not None
+                stats = hot.write(rows, last=True, rows=None if shaped else batch.row_count,
+                                  key_range=None if shaped else _key_range(batch, self.job.target))
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,
@@ -306,6 +308,14 @@ def _as_planned(requested: DataRange, planned: DataRange) -> DataRange:
     if requested.end is None:
         requested = replace(requested, end=planned.end)
     return requested
+
+
+def _key_range(batch: SourceBatch, target: TargetTable) -> tuple[Any, Any] | None:
+    """The source's range of the target's first key column, when it has one."""
+    if batch.key_range is None or batch.row_count is None:
+        return None
+    column, lowest, highest = batch.key_range
+    return (lowest, highest) if column == target.primary_key[0] else None
 
 
 def _backlog_args(planned: DataRange | None) -> dict[str, Any]:

@@ -39,6 +39,8 @@ class SourceBatch:
     df: DataFrame
     end: str | None
     row_count: int | None = None  # known without a Spark job when the source counted it
+    # (column, lowest, highest): the values `column` can hold in the range (an id range's).
+    key_range: tuple[str, Any, Any] | None = None
 
 
 class RangeSource(Protocol):
@@ -197,7 +199,10 @@ class SqlTableSource:
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
         plan, end, rows = self._plan_read(spark, data_range)
-        return SourceBatch(plan.dataframe(spark), end, rows)
+        ids = None
+        if plan.kind == "id":  # ids (lower, upper]: a key range a write can bound its lookups by
+            ids = (plan.range_column, plan.bounds[0] + 1, plan.bounds[-1])
+        return SourceBatch(plan.dataframe(spark), end, rows, ids)
 
 
 # -- files landing in a folder -------------------------------------------------------

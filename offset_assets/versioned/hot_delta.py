@@ -22,7 +22,9 @@ keys in the snapshot and the deltas after it. When the catalog counts more than
 `WHOLE_SCAN_ROWS` of those, the scan is bounded by the written keys first (one Spark
 job), so that Parquet skips the files (sorted by key) that cannot hold them: by the min
 and max of the first key column, or its values for a write of a few rows. A new id range
-written into a large table reads no file of it. A small write does not semi-join its
+written into a large table reads no file of it. A caller that knows the range of its
+first key column (an id range's bounds) gives it instead: no Spark job, no semi-join, and
+the written keys are checked against it as they are written. A small write does not semi-join its
 candidates with its keys (no shuffle, no broadcast): the classification drops the rest,
 which for keys spread over a large table means aggregating much of it in one task.
 """
@@ -32,7 +34,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -50,6 +52,7 @@ from offset_assets.versioned.errors import (
     InvalidSysOpError,
     NullKeyError,
     SchemaMismatchError,
+    VersionedTableError,
 )
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
@@ -74,6 +77,7 @@ WHOLE_SCAN_ROWS = 100_000
 MAX_EXAMPLES = 5
 # Column types whose Parquet statistics can bound a scan by a key's values.
 _PRUNABLE = (IntegralType, StringType, DateType, TimestampType, DecimalType)
+_LOWEST, _HIGHEST = "__lowest_key", "__highest_key"
 
 
 class HotTable(Protocol):
@@ -126,7 +130,8 @@ class HotDelta:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
     def write(self, df: DataFrame, actual: DataFrame | None = None, refusal: Refusal | None = None,
-              last: bool = False, large: bool = False, rows: int | None = None) -> WriteStats:
+              last: bool = False, large: bool = False, rows: int | None = None,
+              key_range: tuple[Any, Any] | None = None) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `actual`: the caller's read of the actual rows (data columns, sys_op, sys_from) of
@@ -139,8 +144,11 @@ class HotDelta:
         same delta refuse another state of those keys (a Spark job saved).
         `large`: the rows may not fit in memory (a batch above the catalog's limit): the
         frames the write reads twice are cached on disk only (`caching.storage_level`).
-        `rows`: the number of rows of `df`, when the caller knows it without a Spark job:
-        the write then runs in one pass (see the module docstring)."""
+        `rows`: the number of rows of `df` (or a bound of it), when the caller knows it
+        without a Spark job: the write then runs in one pass (see the module docstring).
+        `key_range`: with `rows`, the lowest and highest value the first primary-key
+        column of `df` can hold (an id range's bounds): the candidates are bounded by them
+        without a Spark job, and a row outside refuses the write."""
         self._check_writable("write to")
         table = self.table
         keep = [refusal.column] if refusal else []
@@ -148,7 +156,8 @@ class HotDelta:
         if rows is None:
             stats = self._write(incoming, actual, refusal, keep_unchanged=not last, large=large)
         else:
-            stats = self._write_in_one_pass(incoming, rows, actual, refusal, keep_unchanged=not last, large=large)
+            stats = self._write_in_one_pass(incoming, rows, actual, refusal, keep_unchanged=not last, large=large,
+                                            key_range=key_range)
         self._last_written = last
         return stats
 
@@ -233,23 +242,29 @@ class HotDelta:
         return self._add(stats)
 
     def _write_in_one_pass(self, incoming: DataFrame, rows: int, actual: DataFrame | None,
-                           refusal: Refusal | None, keep_unchanged: bool, large: bool) -> WriteStats:
+                           refusal: Refusal | None, keep_unchanged: bool, large: bool,
+                           key_range: tuple[Any, Any] | None = None) -> WriteStats:
         """Classify, count and write in one Spark job (the counts observed while the
         versions are written); a refused write's files are deleted before it raises."""
         table = self.table
+        first_key = table.primary_key[0]
         small = rows <= SMALL_WRITE_ROWS
         committed = self._committed() if actual is None else None
-        # A large write whose candidates are looked up reads its rows twice: cached. A
-        # small one reads them again (its cache would be a Spark job of its own under
-        # adaptive execution); one with nothing committed reads them once.
-        cache = committed is not None and not small
+        bounded = key_range is not None and isinstance(table.schema[first_key].dataType, _PRUNABLE)
+        # A large write whose candidates are looked up by its keys reads its rows twice:
+        # cached. A small one reads them again (its cache would be a Spark job of its own
+        # under adaptive execution); one with nothing committed, or bounded by the
+        # caller's key range, reads them once.
+        cache = committed is not None and not small and not bounded
         if cache:
             incoming = incoming.persist(storage_level(large))
         try:
             if actual is not None:
                 candidates = _actual_columns(actual, table)
             else:
-                candidates = None if committed is None else self._candidates(incoming, rows, *committed)
+                candidates = None if committed is None else (
+                    self._candidates_within(*key_range, committed[0]) if bounded
+                    else self._candidates(incoming, rows, *committed))
             partitions = 1 if small else _partitions(table.reader.spark, rows)
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key,
@@ -258,11 +273,16 @@ class HotDelta:
             number = self._writes + 1
             versions_at, unchanged_at = write_path(self.data_path, number), noop_path(self.data_path, number)
             observation = Observation(f"write-{uuid.uuid4().hex}")
-            observed = classified.observe(observation, *writes.counts_of(classified))
+            extent = [F.min(f"`{first_key}`").alias(_LOWEST), F.max(f"`{first_key}`").alias(_HIGHEST)]
+            observed = classified.observe(observation, *writes.counts_of(classified),
+                                          *(extent if key_range is not None else []))
             try:
                 _write_sorted(writes.versions_of(observed, table.schema, table.primary_key, self.delta_num),
                               versions_at, table.primary_key)
-                counts = {kind: int(observation.get.get(kind) or 0) for kind in writes.KINDS}
+                seen = observation.get
+                counts = {kind: int(seen.get(kind) or 0) for kind in writes.KINDS}
+                if key_range is not None:
+                    self._check_key_range(key_range, seen.get(_LOWEST), seen.get(_HIGHEST))
                 self._refuse_bad_rows(classified, counts, refusal)
                 stats = _stats(counts)
                 if not stats.rows_upserted + stats.rows_deleted:
@@ -308,6 +328,24 @@ class HotDelta:
         paths = ([snapshot.data_path] if snapshot else []) + [d.data_path for d in after]
         listed = versions_bound(after)
         return paths, None if listed is None else listed + (snapshot.row_count if snapshot else 0)
+
+    def _candidates_within(self, low: Any, high: Any, paths: list[str]) -> DataFrame:
+        """Committed versions under `paths` whose first key column lies in [low, high]: a
+        filter Parquet answers from its statistics. Not semi-joined with the written keys:
+        the classification drops the candidates of keys nobody writes."""
+        column = F.col(f"`{self.table.primary_key[0]}`")
+        return self.table.reader.scan(paths).where(column.between(F.lit(low), F.lit(high)))
+
+    def _check_key_range(self, key_range: tuple[Any, Any], lowest: Any, highest: Any) -> None:
+        """Refuse a write whose keys fall outside the range its caller gave: its candidates
+        were bounded by it, so a key outside could have missed its actual version."""
+        low, high = key_range
+        if lowest is not None and (lowest < low or highest > high):
+            raise VersionedTableError(
+                self.table.name,
+                f"{self.table.primary_key[0]!r} values {lowest!r}..{highest!r} fall outside the key range "
+                f"{low!r}..{high!r} given for the write; nothing written",
+            )
 
     def _candidates(self, incoming: DataFrame, rows: int | None, paths: list[str], committed: int | None,
                     ) -> DataFrame:
