@@ -24,9 +24,10 @@ job), so that Parquet skips the files (sorted by key) that cannot hold them: by 
 and max of the first key column, or its values for a write of a few rows. A new id range
 written into a large table reads no file of it. A caller that knows the range of its
 first key column (an id range's bounds) gives it instead: no Spark job, no semi-join, and
-the written keys are checked against it as they are written. A small write does not semi-join its
-candidates with its keys (no shuffle, no broadcast): the classification drops the rest,
-which for keys spread over a large table means aggregating much of it in one task.
+the written keys are checked against it as they are written. A small write does not
+semi-join its candidates with its keys (no shuffle, no broadcast): the classification
+drops the rest, which for keys spread over a large table means aggregating much of it
+in one task.
 """
 
 from __future__ import annotations
