@@ -117,10 +117,12 @@ def test_a_large_incremental_run_of_keys_that_are_not_the_primary_key_broadcasts
     assert rows_of(world.stats.read_actual()) == world.expected_stats()
 
 
-def test_the_check_sees_the_broadcasts_of_small_runs(spark, sqlite_url, warehouse):
-    """Under the default limit the same tables are small: the reprocess and an
-    incremental run of a few keys broadcast what the catalog bounds (the meta, the new
-    output's keys), as the job budgets count them."""
+def test_the_check_sees_the_broadcasts_of_a_small_reprocess_and_a_small_incremental_run_plans_no_exchange(
+        spark, sqlite_url, warehouse):
+    """Under the default limit the same tables are small: the reprocess broadcasts what
+    the catalog bounds (the check sees it), and an incremental run of a few keys plans
+    neither a broadcast nor a shuffle (one partition where the catalog bounds its reads,
+    its write in one pass)."""
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     write_rows(spark, src, 0, ROWS, 0)
     engine = IncrementalEngine(spark, plane)
@@ -132,7 +134,8 @@ def test_the_check_sees_the_broadcasts_of_small_runs(spark, sqlite_url, warehous
     with recorded_plans(spark) as reprocess:
         assert engine.run_full(copy, reprocess_all=True).processed_keys == ROWS
 
-    assert incremental.with_broadcast(), incremental.describe()
+    assert incremental.with_broadcast() == [], incremental.describe(incremental.with_broadcast())
+    assert incremental.with_operator("Exchange") == [], incremental.describe(incremental.with_operator("Exchange"))
     assert reprocess.with_broadcast(), reprocess.describe()
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
 

@@ -25,14 +25,14 @@ from offset_assets.engine.loading import KeyValues, Persist, RunReads
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.caching import storage_level
-from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.hot_delta import SMALL_WRITE_ROWS, HotDelta
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import is_safe_cast
 from offset_assets.versioned.writes import Refusal
 
 # Columns the run adds to an output while writing it (never stored).
-STRAY, IN_BATCH = "__outside_batch", "__in_batch"
+STRAY, IN_BATCH, IN_NEW = "__outside_batch", "__in_batch", "__in_new_output"
 
 
 class OutputWriter:
@@ -142,12 +142,24 @@ class OutputWriter:
         previous = self.reads.for_keys(table, keys, None).persist(storage_level(shuffled))
         try:
             pk = list(table.primary_key)
-            # The new output's keys: left to Spark (a broadcast, a job of its own) when the
-            # batch's keys are bounded, shuffled when a batch may be larger than the limit.
             new_keys = new.select(*pk)
-            if shuffled:
-                new_keys = new_keys.hint("merge")
-            gone = previous.select(*pk).join(new_keys, on=pk, how="left_anti")
+            # A batch of keys held by the driver writes about as many rows: a plan hint
+            # (`HotDelta.write`'s `rows`), never a count; the write then runs in one pass.
+            # A small one finds the vanished keys in one partition (no exchange, no
+            # broadcast: each a Spark job under adaptive execution); a larger one leaves
+            # the join to Spark, shuffled when a batch may be larger than the limit.
+            size_hint = len(keys.rows) if isinstance(keys, KeyValues) and not shuffled else None
+            small = size_hint is not None and size_hint <= SMALL_WRITE_ROWS
+            if small:
+                # A left outer join kept where nothing matched, not an anti-join: Spark's
+                # optimizer moves a one-partition `coalesce` above an anti-join, which then
+                # shuffles both sides again.
+                kept = new_keys.withColumn(IN_NEW, F.lit(True)).coalesce(1).hint("merge")
+                gone = (previous.select(*pk).coalesce(1).join(kept, on=pk, how="left")
+                        .where(F.col(IN_NEW).isNull()).drop(IN_NEW))
+            else:
+                gone = previous.select(*pk).join(new_keys.hint("merge") if shuffled else new_keys, on=pk,
+                                                 how="left_anti")
             deletes = gone.select(
                 *[F.col(c) if c in pk else F.lit(None).cast(table.schema[c].dataType).alias(c)
                   for c in table.data_columns],
@@ -169,7 +181,7 @@ class OutputWriter:
 
             # Batch mode writes each output delta once, then commits it.
             return hot.write(rows, actual=actual, refusal=Refusal(STRAY, transform_keys, stray_error),
-                             last=self.t.commit_mode == "batch", large=shuffled)
+                             last=self.t.commit_mode == "batch", large=shuffled, rows=size_hint)
         finally:
             previous.unpersist()
 
