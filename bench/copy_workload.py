@@ -37,7 +37,8 @@ throwaway standalone cluster from the pyspark wheel, one master and one worker o
 core of the machine and BENCH_WORKER_MEMORY (8g), and stops it at the end: `make
 bench-cluster`), BENCH_EXECUTOR_MEMORY (6g, on a cluster), BENCH_DRIVER_MEMORY (4g; `1g`,
 Spark's default, shows that a full recompute and an initial run at 10M hold nothing of
-the table's size in the driver: they stream through shuffled batches). A quick check
+the table's size in the driver: they stream through shuffled batches), BENCH_ADAPTIVE
+(false; `true` runs under Spark's default adaptive query execution). A quick check
 of the harness:
 
     BENCH_NS=20000 BENCH_M=1000 BENCH_BY_M_N=20000 BENCH_MS=10,100 BENCH_SERIES_N=20000 \\
@@ -109,6 +110,7 @@ class Settings:
     worker_memory: str
     executor_memory: str
     driver_memory: str
+    adaptive: bool = False
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -131,6 +133,7 @@ class Settings:
             worker_memory=os.environ.get("BENCH_WORKER_MEMORY", "8g"),
             executor_memory=os.environ.get("BENCH_EXECUTOR_MEMORY", "6g"),
             driver_memory=os.environ.get("BENCH_DRIVER_MEMORY", "4g"),
+            adaptive=os.environ.get("BENCH_ADAPTIVE", "false").lower() in ("1", "true", "on"),
         )
         if not settings.parts <= set(PARTS):
             raise ValueError(f"BENCH_PARTS={sorted(settings.parts)}: the parts are {', '.join(PARTS)}")
@@ -527,7 +530,7 @@ def session(settings: Settings, master: str, cluster_conf: dict[str, str]) -> Sp
         conf={
             "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
             "spark.default.parallelism": str(settings.shuffle_partitions),
-            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.adaptive.enabled": str(settings.adaptive).lower(),
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.memory": settings.driver_memory,
@@ -543,7 +546,7 @@ def run(settings: Settings, spark: SparkSession, cluster_conf: dict[str, str]) -
     report: dict[str, Any] = {
         "benchmark": "copy_workload",
         "machine": {"cores": os.cpu_count(), "spark_master": spark.sparkContext.master,
-                    "shuffle_partitions": settings.shuffle_partitions,
+                    "shuffle_partitions": settings.shuffle_partitions, "adaptive": settings.adaptive,
                     "driver_memory": settings.driver_memory, **cluster_conf},
         "by_n": [],
     }
