@@ -281,5 +281,12 @@ def test_an_id_range_into_a_large_table_is_read_classified_and_written_in_one_sp
     # to find the written keys' bounds.
     assert increment.count == 1, increment.describe()
     assert (result.rows_read, result.rows_upserted, result.delta_num) == (20, 20, 2)
+    # The range's profile names its phases and holds the same job, started by its write.
+    profile = result.profile
+    assert [phase.name for phase in profile.phases] == ["claim", "source_read", "write", "commit", "other"]
+    assert [job.job_id for job in profile.jobs] == [job.job_id for job in increment.jobs]
+    assert profile.phase("write").jobs == 1 and profile.phase("commit").jobs == 0
+    assert all(phase.seconds >= 0 for phase in profile.phases)
+    assert sum(phase.seconds for phase in profile.phases) == pytest.approx(profile.wall_s)
     rows, _ = actual(spark, plane, warehouse)
     assert len(rows) == 50 and rows[-1] == (50, "d19", "Rome")

@@ -126,6 +126,10 @@ def test_time_window_partitions_ingest_in_order_and_a_backfill_reingests(
     assert isinstance(event.metadata["commit_ts"], dg.TimestampMetadataValue)
     assert isinstance(event.metadata["rows_upserted"], dg.IntMetadataValue)  # plotted
     assert meta["dagster/row_count"] == 1
+    # Where the range's time went: a table per phase, and its Spark jobs as a number.
+    assert "| source_read |" in meta["profile"] and "| write |" in meta["profile"]
+    assert isinstance(event.metadata["profile.spark_jobs"], dg.IntMetadataValue)
+    assert meta["profile.spark_jobs"] >= 1
 
     early = dg.materialize([asset], partition_key="2022-01-03", resources=resources,
                            raise_on_error=False)

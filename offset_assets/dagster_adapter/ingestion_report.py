@@ -48,8 +48,14 @@ def ingestion_metadata(results: list[tuple[str, RangeResult]], row_count: int | 
             "commit_ts": (dg.MetadataValue.timestamp(result.commit_ts) if result.commit_ts is not None
                           else None),
             "took_over_run_id": result.took_over_run_id,
+            "profile": dg.MetadataValue.md(result.profile.markdown()) if result.profile is not None else None,
+            "profile.spark_jobs": (dg.MetadataValue.int(result.profile.job_count)
+                                   if result.profile is not None and result.profile.jobs_counted else None),
         }
         return {**metadata, **{k: v for k, v in fields.items() if v is not None}}
+    profiles = [r.profile for _, r in results]
+    if profiles and all(p is not None and p.jobs_counted for p in profiles):
+        metadata["profile.spark_jobs"] = dg.MetadataValue.int(sum(p.job_count for p in profiles))
     return {
         **metadata,
         "partition_keys": [key for key, _ in results],

@@ -19,6 +19,7 @@ the early run are ingested then, the others create no version.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
+from offset_assets.engine.profile import Profiler, RunProfile
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError
 from offset_assets.ranges.planners import (
@@ -53,6 +55,8 @@ from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import validate_table_name
+
+logger = logging.getLogger(__name__)
 
 TARGET_TYPE = "versioned_table"
 SYS_OP = "sys_op"
@@ -106,6 +110,7 @@ class RangeResult:
     commit_ts: float | None
     took_over_run_id: str | None = None
     open_window: bool = False  # ingested before its end: job_log holds end = start
+    profile: RunProfile | None = None  # where the range's time went: claim, source_read, write, commit
 
 
 class _Steps:
@@ -202,36 +207,40 @@ class RangeIngestion:
         if data_range.max_size is None:  # a Kafka range from a partition key: the planner's cap
             data_range = replace(data_range, max_size=getattr(self.job.planner,
                                                               "max_offsets_per_partition", None))
-        claim = claim_range(
-            self.log, self.job.name, data_range, pending, run_id=run_id,
-            policy=self.job.claim_policy, workflow_name=self.job.workflow_name,
-            period=getattr(self.job.planner, "period_minutes", None),
-            load_type=self.job.load_type,
-            runtime_args={**(runtime_args or {}), "refresh": data_range.refresh,
-                          **({"open_window": True} if window_open else {}),
-                          **_backlog_args(planned)},
-        )
+        profiler = Profiler.start(self.spark)
+        try:
+            return self._run_claimed(data_range, pending, planned, window_open, run_id, runtime_args, profiler)
+        finally:
+            profiler.stop()  # a range that raised leaves no tag on the jobs that follow
+
+    def _run_claimed(self, data_range: DataRange, pending: list[DataRange], planned: DataRange | None,
+                     window_open: bool, run_id: str, runtime_args: dict[str, Any] | None,
+                     profiler: Profiler) -> RangeResult:
+        with profiler.phase("claim"):
+            claim = self._claim(data_range, pending, planned, window_open, run_id, runtime_args)
         steps = _Steps(self._clock, self.job.source.source_type)
         hot: HotDelta | None = None
         try:
             with Heartbeat(self.log, claim, self.job.claim_policy.heartbeat_interval_s):
                 steps.start("read")
-                batch = self.job.source.read_range(self.spark, data_range)
-                rows = self._shape(batch)
-                rows_read = batch.row_count if batch.row_count is not None else rows.count()
+                with profiler.phase("source_read"):
+                    batch = self.job.source.read_range(self.spark, data_range)
+                    rows = self._shape(batch)
+                    rows_read = batch.row_count if batch.row_count is not None else rows.count()
                 steps.finish(source_count=rows_read)
 
                 steps.start("write")
-                table = VersionedTable(self.spark, self.plane, self.job.target.name,
-                                       self.job.target.primary_key, self.job.target.schema,
-                                       warehouse=self.warehouse)
-                hot = table.open_delta(holder=f"ingestion:{self.job.name}", run_id=run_id)
-                # One write, then the commit (last: no file for unchanged rows). Without a
-                # transform the rows are the source's, counted by it: the write runs in one
-                # pass, and an id range of the primary key's first column bounds its lookups.
-                shaped = self.job.transform is not None
-                stats = hot.write(rows, last=True, rows=None if shaped else batch.row_count,
-                                  key_range=None if shaped else _key_range(batch, self.job.target))
+                with profiler.phase("write"):
+                    table = VersionedTable(self.spark, self.plane, self.job.target.name,
+                                           self.job.target.primary_key, self.job.target.schema,
+                                           warehouse=self.warehouse)
+                    hot = table.open_delta(holder=f"ingestion:{self.job.name}", run_id=run_id)
+                    # One write, then the commit (last: no file for unchanged rows). Without a
+                    # transform the rows are the source's, counted by it: the write runs in one
+                    # pass, and an id range of the primary key's first column bounds its lookups.
+                    shaped = self.job.transform is not None
+                    stats = hot.write(rows, last=True, rows=None if shaped else batch.row_count,
+                                      key_range=None if shaped else _key_range(batch, self.job.target))
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,
@@ -251,15 +260,16 @@ class RangeIngestion:
 
                 commit_ts: float | None = None
                 delta_num: int | None = None
-                if changed:
-                    with commit_transaction([hot]) as commit:  # job_log SUCCESS with the delta
-                        log_success(commit.conn)
-                    commit_ts, delta_num = commit.commit_ts, hot.delta_num
-                else:
-                    hot.rollback()  # nothing changed: no empty delta for readers to process
-                    hot = None
-                    with self.plane.begin() as conn:
-                        log_success(conn)
+                with profiler.phase("commit"):
+                    if changed:
+                        with commit_transaction([hot]) as commit:  # job_log SUCCESS with the delta
+                            log_success(commit.conn)
+                        commit_ts, delta_num = commit.commit_ts, hot.delta_num
+                    else:
+                        hot.rollback()  # nothing changed: no empty delta for readers to process
+                        hot = None
+                        with self.plane.begin() as conn:
+                            log_success(conn)
         except ClaimLostError:
             self._discard(hot)
             raise
@@ -270,10 +280,24 @@ class RangeIngestion:
                 f"job {self.job.name!r} range {data_range.start!r}..{data_range.end!r} failed "
                 f"(job_id {claim.job_id}, attempt {claim.attempt}): {_one_line(exc)}"
             ) from exc
+        profile = profiler.finish()
+        logger.debug("ingestion %s range %r..%r: %s", self.job.name, data_range.start, end, profile.describe())
         return RangeResult(
             claim.job_id, claim.attempt, replace(data_range, end=end), rows_read,
             stats.rows_upserted, stats.rows_deleted, stats.rows_unchanged, delta_num, commit_ts,
-            claim.previous_run_id if claim.took_over else None, window_open,
+            claim.previous_run_id if claim.took_over else None, window_open, profile,
+        )
+
+    def _claim(self, data_range: DataRange, pending: list[DataRange], planned: DataRange | None,
+               window_open: bool, run_id: str, runtime_args: dict[str, Any] | None) -> Claim:
+        return claim_range(
+            self.log, self.job.name, data_range, pending, run_id=run_id,
+            policy=self.job.claim_policy, workflow_name=self.job.workflow_name,
+            period=getattr(self.job.planner, "period_minutes", None),
+            load_type=self.job.load_type,
+            runtime_args={**(runtime_args or {}), "refresh": data_range.refresh,
+                          **({"open_window": True} if window_open else {}),
+                          **_backlog_args(planned)},
         )
 
     def _shape(self, batch: SourceBatch) -> DataFrame:
