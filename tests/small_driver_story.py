@@ -72,7 +72,11 @@ def main(args: list[str]) -> None:
     source = SqlTableSource(source_url, "documents", id_column="id", fetch_size=FETCH_SIZE, slices=SLICES)
     job = IngestionJob("documents", source, AutoIncrementIdPlanner(),
                        TargetTable("documents", ["id"], DOCUMENTS))
+    # The Python's peak before the range: what the range's run adds to it is what this
+    # process held of the range (its own baseline, imports and session, is not the range's).
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     results = RangeIngestion(spark, plane, job, warehouse).run_pending()
+    peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     table = VersionedTable(spark, plane, "documents", ["id"], DOCUMENTS, warehouse=warehouse)
     expected_body = F.repeat(F.lpad(F.col("id").cast("string"), 10, "0"), PAYLOAD_CHARS // 10)
@@ -86,7 +90,8 @@ def main(args: list[str]) -> None:
         "ranges": [(r.data_range.start, r.data_range.end, r.rows_read, r.rows_upserted) for r in results],
         "found": found.asDict(),
         "driver_heap_bytes": spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory(),
-        "driver_python_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "driver_python_peak_rss_bytes": peak_after,
+        "driver_python_peak_growth_bytes": peak_after - peak_before,
     }))
     spark.stop()
 

@@ -132,9 +132,11 @@ def test_a_sql_range_larger_than_its_drivers_memory_is_ingested_exactly_on_the_c
     assert story["ranges"] == [["0", str(ROWS), ROWS, ROWS]]
     assert story["found"] == {"rows": ROWS, "ids": ROWS, "min_id": 1, "max_id": ROWS,
                               "chars": ROWS * 10_000, "wrong_bodies": 0}
-    # The range's text alone is twice what the driver's JVM or its Python could hold.
+    # The range's text alone is twice what the driver's JVM could hold, and the driver's
+    # Python grew by less than half of it while the range ran (its peak before the range,
+    # about 300 MB of imports and session, is not the range's).
     assert story["found"]["chars"] >= 2 * story["driver_heap_bytes"], story
-    assert story["found"]["chars"] >= 2 * story["driver_python_peak_rss_bytes"], story
+    assert story["found"]["chars"] >= 2 * story["driver_python_peak_growth_bytes"], story
 
 
 def test_master_and_connect_urls_name_the_endpoints_to_check():
