@@ -73,6 +73,7 @@ def timed_load(ingestion: RangeIngestion, run_id: str, source: SqlTableSource, p
         "spark_jobs": jobs.count, "spark_job_s": round(in_jobs, 2), "outside_jobs_s": round(seconds - in_jobs, 2),
         "ranges": [{"range": f"({r.data_range.start}, {r.data_range.end}]", "rows": r.rows_read,
                     "rows_upserted": r.rows_upserted,
+                    "profile": r.profile.as_dict() if r.profile else None,
                     "slices": slice_count(r.rows_read, source.rows_per_slice, parallelism)} for r in results],
     }
 

@@ -60,9 +60,9 @@ def main(args: list[str]) -> None:
     batch = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "100", "900"))
     where = F.udf(task_jvm, "string")
     tagged = batch.df.select("id", F.spark_partition_id().alias("slice"), where().alias("jvm")).collect()
-    # Without `slices`: one per 300 rows (the session's default parallelism is 2 or
+    # Without `slices`: one per 250 rows, 4 (the session's default parallelism is 2 or
     # unknown, and 800 rows are far from 10,000 a core).
-    by_size = SqlTableSource(source_url, "customers", id_column="id", rows_per_slice=300)
+    by_size = SqlTableSource(source_url, "customers", id_column="id", rows_per_slice=250)
     default_slices = by_size.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "100", "900")).df
     print(json.dumps({
         "default_slices": default_slices.select(F.spark_partition_id()).distinct().count(),

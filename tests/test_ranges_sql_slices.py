@@ -60,7 +60,8 @@ def test_slice_bounds_cut_a_range_into_increasing_pieces_with_the_range_own_ends
 
 def test_slice_count_follows_rows_per_slice_and_uses_every_core_for_a_large_range():
     assert slice_count(0, 200_000, 8) == 1
-    assert slice_count(1_000_000, 200_000, 2) == 5
+    assert slice_count(1_000_000, 200_000, 1) == 5
+    assert slice_count(1_000_000, 200_000, 2) == 6  # whole waves: 3 of 2 slices, not 2, 2 and 1
     assert slice_count(3 * MIN_ROWS_PER_SLICE, 200_000, 8) == 3  # each slice keeps its minimum
     assert slice_count(1_000_000, 200_000, 16) == 16
 
@@ -124,7 +125,7 @@ def test_on_the_standalone_cluster_the_executors_read_the_slices(spark_cluster, 
     assert (story["row_count"], story["end"]) == (800, "900")
     assert story["ids"] == list(range(101, 901))
     assert story["rows_per_slice"] == {"0": 200, "1": 200, "2": 200, "3": 200}
-    assert story["default_slices"] == 3
+    assert story["default_slices"] == 4
     # Every slice was read in an executor JVM of a worker, none in the driver.
     assert story["task_jvms"] and all(
         jvm.endswith("org.apache.spark.executor.CoarseGrainedExecutorBackend") for jvm in story["task_jvms"])
@@ -137,7 +138,7 @@ def test_over_spark_connect_the_server_reads_the_slices(connect_server, tmp_path
     assert (story["row_count"], story["end"]) == (800, "900")
     assert story["ids"] == list(range(101, 901))
     assert story["rows_per_slice"] == {"0": 200, "1": 200, "2": 200, "3": 200}
-    assert story["default_slices"] == 3
+    assert story["default_slices"] == 4
     # The client has no JVM: the slices were read by the Connect server's tasks.
     assert story["task_jvms"] == [f"{connect_server.process.pid} org.apache.spark.deploy.SparkSubmit"]
 

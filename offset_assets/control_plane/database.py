@@ -13,15 +13,17 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import URL, Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from offset_assets.errors import ControlPlaneUnavailableError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "offset_assets_alembic_version"
@@ -258,6 +260,8 @@ def forget(url: str) -> None:
 
 
 def alembic_config(plane: ControlPlane) -> Config:
+    from alembic.config import Config  # here, not at the top: see `upgrade_to_head`
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("version_table", VERSION_TABLE)
@@ -266,7 +270,12 @@ def alembic_config(plane: ControlPlane) -> Config:
 
 
 def upgrade_to_head(plane: ControlPlane, revision: str = "head") -> None:
-    """Create or upgrade the control-plane schema through the shipped migrations."""
+    """Create or upgrade the control-plane schema through the shipped migrations.
+
+    Alembic is imported here, not with this module: executors' Python workers import the
+    module (a source's URL is masked in their errors) and never migrate."""
+    from alembic import command
+
     try:
         command.upgrade(alembic_config(plane), revision)
     except DBAPIError as exc:

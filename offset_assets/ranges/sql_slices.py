@@ -99,9 +99,15 @@ def slice_bounds(kind: RangeKind, lower: Any, upper: Any, slices: int) -> list[A
 
 
 def slice_count(rows: int, rows_per_slice: int, parallelism: int) -> int:
-    """Slices for a range of `rows`: one per `rows_per_slice`, and at least one per core
-    of the session while each still holds `MIN_ROWS_PER_SLICE` rows."""
+    """Slices for a range of `rows`: at most `rows_per_slice` rows each, and at least one
+    per core of the session while each still holds `MIN_ROWS_PER_SLICE` rows.
+
+    More slices than cores are rounded up to whole waves over the cores: 5 slices on 2
+    cores would run as 2, 2 and 1, the last wave leaving a core idle; 6 smaller slices
+    keep both busy to the end."""
     by_size = math.ceil(rows / rows_per_slice)
+    if by_size > parallelism > 0:
+        by_size = math.ceil(by_size / parallelism) * parallelism
     by_cores = min(parallelism, rows // MIN_ROWS_PER_SLICE)
     return max(1, by_size, by_cores)
 
@@ -195,21 +201,40 @@ class SlicedRead:
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         try:
             with source_engine(self.url).connect() as conn:
-                result = conn.execution_options(yield_per=self.fetch_size).execute(self.slice_query(piece))
-                for rows in result.partitions():
-                    yield self._record_batch(rows, arrow_schema)
+                for columns in self._fetch_columns(conn, piece):
+                    yield self._record_batch(columns, arrow_schema)
         except SQLAlchemyError as exc:
             raise SourceError(
                 f"{self.where}: slice {piece.index} ({piece.lower!r}, {piece.upper!r}) of "
                 f"{self.range_column!r}: {str(exc).splitlines()[0]}"
             ) from None
 
-    def _record_batch(self, rows: Sequence[sa.Row], arrow_schema: pa.Schema) -> pa.RecordBatch:
-        arrays = [self._column_array([row[i] for row in rows], field, arrow_schema.field(i).type)
-                  for i, field in enumerate(self.schema.fields)]
+    def _fetch_columns(self, conn: sa.Connection, piece: SqlSlice) -> Iterator[list[Sequence[Any]]]:
+        """The slice's values, `fetch_size` rows at a time, column by column.
+
+        A database with server-side cursors (PostgreSQL) streams them through SQLAlchemy's
+        rows. Without them (SQLite, whose cursor steps through the table as rows are
+        fetched) the rows come from the DBAPI cursor of SQLAlchemy's execution, with the
+        column types' result processors applied per column: the values are the same, and
+        building SQLAlchemy's row objects cost twice the fetch itself."""
+        query = self.slice_query(piece)
+        dialect = conn.dialect
+        if dialect.supports_server_side_cursors:
+            for rows in conn.execution_options(yield_per=self.fetch_size).execute(query).partitions():
+                yield list(zip(*rows, strict=True))
+            return
+        processors = [type_.dialect_impl(dialect).result_processor(dialect, None) for _, type_ in self.columns]
+        cursor = conn.execute(query).cursor
+        while rows := cursor.fetchmany(self.fetch_size):
+            yield [column if process is None else [process(value) for value in column]
+                   for column, process in zip(zip(*rows, strict=True), processors, strict=True)]
+
+    def _record_batch(self, columns: list[Sequence[Any]], arrow_schema: pa.Schema) -> pa.RecordBatch:
+        arrays = [self._column_array(values, field, arrow_schema.field(i).type)
+                  for i, (values, field) in enumerate(zip(columns, self.schema.fields, strict=True))]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
-    def _column_array(self, values: list[Any], field: T.StructField, arrow_type: pa.DataType) -> pa.Array:
+    def _column_array(self, values: Sequence[Any], field: T.StructField, arrow_type: pa.DataType) -> pa.Array:
         # Arrow converts the values the driver would hand over as they are (a naive
         # timestamp is taken as UTC); the rest (ints in a REAL column, floats in a
         # NUMERIC one) first become the column's Spark type.
