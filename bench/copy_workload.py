@@ -47,15 +47,13 @@ of the harness:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +62,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
+from bench.standalone_cluster import spark_master
 from offset_assets.control_plane import connect, database
 from offset_assets.engine import IncrementalEngine, RunResult
 from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
@@ -485,36 +484,9 @@ def save(report: dict[str, Any], out: Path) -> None:
     (out / "copy_workload.json").write_text(json.dumps(report, indent=2))
 
 
-@contextlib.contextmanager
-def spark_master(settings: Settings) -> Iterator[tuple[str, dict[str, str]]]:
-    """The master to run on and the settings it needs: local, a running cluster, or a
-    throwaway standalone cluster (started here, stopped at the end)."""
-    if settings.master.startswith("local"):
-        yield settings.master, {}
-        return
-    # Executors start Python workers with the driver's PYSPARK_PYTHON; a cluster on this
-    # machine binds to loopback.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = {"spark.executor.memory": settings.executor_memory}
-    if settings.master != "standalone":
-        yield settings.master, conf
-        return
-    from bench.standalone_cluster import SparkCluster  # started from the pyspark wheel
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
-        cluster = SparkCluster.start(Path(workdir), workers=1, cores=os.cpu_count() or 1,
-                                     memory=settings.worker_memory)
-        try:
-            yield cluster.master_url, {**conf, "spark.driver.host": "127.0.0.1",
-                                       "spark.driver.bindAddress": "127.0.0.1"}
-        finally:
-            cluster.stop()
-
-
 def main() -> None:
     settings = Settings.from_environment()
-    with spark_master(settings) as (master, cluster_conf):
+    with spark_master(settings.master, settings.executor_memory, settings.worker_memory) as (master, cluster_conf):
         spark = session(settings, master, cluster_conf)
         try:
             run(settings, spark, cluster_conf)

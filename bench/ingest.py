@@ -4,14 +4,17 @@ increment.
 A SQLite source `customers(id INTEGER PRIMARY KEY AUTOINCREMENT, name, city)` of `--rows`
 rows is ingested with `IngestionJob` + `SqlTableSource` + `AutoIncrementIdPlanner` (its
 default ranges of at most 1,000,000 ids) into a versioned table, in one `local[2]`
-session (unless `--master`); then `--increment` rows are added and ingested as one more
-range. Reported per load: seconds, ranges, rows and rows per second (source read, the
-write's classification against the table and the commit, end to end), its Spark jobs and
-the seconds spent in them and outside, and per range the rows and the slices the source
-was read in. Writes `docs/bench/ingest/ingest.json`.
+session (unless `--master`: `standalone` starts a throwaway standalone cluster of one
+worker with this machine's cores, the driver keeping Spark's default 1g); then
+`--increment` rows are added and ingested as one more range. Reported per load: seconds,
+ranges, rows and rows per second (source read, the write's classification against the
+table and the commit, end to end), its Spark jobs and the seconds spent in them and
+outside, and per range the rows, the slices the source was read in and the range's
+profile (driver time and Spark jobs per phase). Writes `docs/bench/ingest/ingest.json`.
 
     .venv/bin/python -m bench.ingest                          # 5,000,000 rows + 10,000
     .venv/bin/python -m bench.ingest --rows 1000000 --out /tmp/ingest_1m.json
+    .venv/bin/python -m bench.ingest --master standalone --out docs/bench/ingest/cluster.json
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from bench.standalone_cluster import spark_master
 from offset_assets.control_plane import connect
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
@@ -84,8 +89,19 @@ def run(rows: int, increment: int, master: str, workdir: Path) -> dict:
     add_customers(source_db, 1, rows)
     filled_s = time.perf_counter() - started
     (workdir / "warehouse").mkdir()
-    spark = get_spark_session(master=master, app_name="bench-ingest",
-                              conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+    with spark_master(master) as (url, cluster_conf):
+        spark = get_spark_session(master=url, app_name="bench-ingest",
+                                  conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                                        **cluster_conf})
+        try:
+            return load_twice(spark, source_db, workdir, rows, increment, master, filled_s)
+        finally:
+            spark.stop()  # before its cluster goes
+
+
+def load_twice(spark: SparkSession, source_db: Path, workdir: Path, rows: int, increment: int, master: str,
+               filled_s: float) -> dict:
+    """The first load of the source, then `increment` more rows ingested as one range."""
     spark.sparkContext.setLogLevel("ERROR")
     source = SqlTableSource(f"sqlite:///{source_db}", "customers", id_column="id")
     job = IngestionJob("raw_customers", source, AutoIncrementIdPlanner(),
@@ -96,21 +112,21 @@ def run(rows: int, increment: int, master: str, workdir: Path) -> dict:
     first = timed_load(ingestion, "first-load", source, parallelism)
     add_customers(source_db, rows + 1, increment)
     second = timed_load(ingestion, "increment", source, parallelism)
-    report = {
+    return {
         "source_rows": rows, "increment_rows": increment, "master": master,
+        "driver_memory": spark.conf.get("spark.driver.memory", "1g"),
         "parallelism": parallelism,
         "rows_per_slice": source.rows_per_slice, "fetch_size": source.fetch_size,
         "source_fill_s": round(filled_s, 2), "first_load": first, "increment": second,
     }
-    spark.stop()
-    return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--increment", type=int, default=10_000)
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--master", default="local[2]",
+                        help="local[N], spark://host:port, or standalone (a throwaway cluster of this machine's cores)")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     # A driver of this process: its tasks' Python workers run this interpreter.

@@ -8,14 +8,17 @@ cluster and Connect tests start theirs with it too (`tests/spark_cluster.py`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,3 +167,29 @@ class SparkCluster:
                 stop_process(pid, timeout=5)
         stop_process(self.master.pid)
         self.master.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def spark_master(master: str, executor_memory: str = "6g", worker_memory: str = "8g",
+                 ) -> Iterator[tuple[str, dict[str, str]]]:
+    """The master a benchmark runs on and the settings it needs: `local[...]`, a running
+    cluster (`spark://host:port`), or `standalone`: a throwaway cluster of one worker with
+    every core of this machine, started here and stopped at the end."""
+    if master.startswith("local"):
+        yield master, {}
+        return
+    # Executors start Python workers with the driver's PYSPARK_PYTHON; a cluster on this
+    # machine binds to loopback.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = {"spark.executor.memory": executor_memory}
+    if master != "standalone":
+        yield master, conf
+        return
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
+        cluster = SparkCluster.start(Path(workdir), workers=1, cores=os.cpu_count() or 1, memory=worker_memory)
+        try:
+            yield cluster.master_url, {**conf, "spark.driver.host": "127.0.0.1",
+                                       "spark.driver.bindAddress": "127.0.0.1"}
+        finally:
+            cluster.stop()
