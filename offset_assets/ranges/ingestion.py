@@ -235,11 +235,12 @@ class RangeIngestion:
                                            self.job.target.primary_key, self.job.target.schema,
                                            warehouse=self.warehouse)
                     hot = table.open_delta(holder=f"ingestion:{self.job.name}", run_id=run_id)
-                    # One write, then the commit (last: no file for unchanged rows). Without a
-                    # transform the rows are the source's, counted by it: the write runs in one
-                    # pass, and an id range of the primary key's first column bounds its lookups.
+                    # One write, then the commit (last: no file for unchanged rows), in one
+                    # pass: the range's count sizes it (a transform's rows are sized by the
+                    # source's count: the write's partitions, never what it keeps). Without a
+                    # transform, an id range of the primary key's first column bounds its lookups.
                     shaped = self.job.transform is not None
-                    stats = hot.write(rows, last=True, rows=None if shaped else batch.row_count,
+                    stats = hot.write(rows, last=True, rows=rows_read,
                                       key_range=None if shaped else _key_range(batch, self.job.target))
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
