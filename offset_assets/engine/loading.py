@@ -22,19 +22,22 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.spark import is_connect_session
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.reads import broadcast_limit, versions_bound
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_PUSHDOWN_LIMIT = 2_000
+KEY_FOUND = "__key_found"  # a column of a lookup join, never in a result
 
 
 def is_bounded(most_rows: int | None, limit: int | None) -> bool:
@@ -90,9 +93,22 @@ class KeyValues:
         schema = StructType([table.schema[c] for c in self.columns])
         built = self._frames.get(schema.json())
         if built is None:
-            built = table.spark.createDataFrame(list(self.rows), schema, verifySchema=not self.typed)
+            built = self._relation(table.spark, schema)
             self._frames[schema.json()] = built
         return built
+
+    def _relation(self, spark: SparkSession, schema: StructType) -> DataFrame:
+        """Typed values on a classic session go to the JVM as one Arrow table, which Spark
+        keeps as a local relation whose size it knows: a join with it in one partition
+        needs no exchange, where Spark plans one beside a relation of unknown size (a
+        list's rows become an RDD of Python objects, counted as infinitely large), and
+        its broadcast runs no job. Values a caller gave are checked row by row (an Arrow
+        cast would convert a string to a number); a Connect client sends a local
+        relation either way."""
+        if not self.typed or is_connect_session(spark):
+            return spark.createDataFrame(list(self.rows), schema, verifySchema=not self.typed)
+        columns = {name: pa.array([row[i] for row in self.rows]) for i, name in enumerate(self.columns)}
+        return spark.createDataFrame(pa.table(columns), schema)
 
     def subset(self, rows: tuple[tuple[Any, ...], ...]) -> KeyValues:
         """These keys restricted to `rows` (itself when that is all of them)."""
@@ -104,10 +120,23 @@ class KeyValues:
         return len(self.columns) == 1 and len(self.rows) <= pushdown_limit
 
 
-def _matching(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdown_limit: int) -> DataFrame:
+def matching_keys(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdown_limit: int,
+                  in_one_partition: bool = False) -> DataFrame:
+    """Rows of `df` whose `keys.columns` hold one of the (distinct) `keys`: an IN filter
+    for up to `pushdown_limit` values of one column, else a join with the keys' relation.
+    `in_one_partition`: `df` is read into one partition (its caller bounded it), where
+    the keys are hash-joined in place: no exchange and no broadcast, each a Spark job of
+    its own under adaptive execution (the relation of the driver's keys is a Python RDD:
+    even broadcasting it runs a job). Otherwise the keys are broadcast."""
+    on = list(keys.columns)
     if keys.fit_in_filter(pushdown_limit):
         return df.where(in_values(keys.columns[0], [row[0] for row in keys.rows]))
-    return df.join(F.broadcast(keys.frame(table)), on=list(keys.columns), how="left_semi")
+    if not in_one_partition:
+        return df.join(F.broadcast(keys.frame(table)), on=on, how="left_semi")
+    # A left outer join kept where a key matched, not a semi-join: Spark's optimizer moves
+    # a one-partition `coalesce` above a semi-join, which then shuffles both sides.
+    found = keys.frame(table).withColumn(KEY_FOUND, F.lit(True)).coalesce(1).hint("shuffle_hash")
+    return df.coalesce(1).join(found, on=on, how="left").where(F.col(KEY_FOUND).isNotNull()).drop(KEY_FOUND)
 
 
 def read_actual_of_keys(table: VersionedTable, keys: KeyValues, as_of_delta: int | None,
@@ -127,8 +156,10 @@ def latest_of_keys(table: VersionedTable, deltas: Sequence[DeltaInfo], keys: Key
     of them is its actual version (or its deletion). One partition when the catalog
     bounds the deltas' versions within `limit` (`one_partition`)."""
     readable = [d.data_path for d in deltas if not d.is_empty]
-    versions = _matching(table.reader.scan(readable), table, keys, pushdown_limit)
-    versions = one_partition(versions, versions_bound(deltas), limit)
+    bound = versions_bound(deltas)
+    in_one = limit is not None and is_bounded(bound, limit)
+    versions = matching_keys(table.reader.scan(readable), table, keys, pushdown_limit, in_one_partition=in_one)
+    versions = one_partition(versions, bound, limit)
     if len(readable) > 1:
         newest = Window.partitionBy(*table.primary_key).orderBy(F.col(SYS_FROM).desc())
         versions = versions.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")

@@ -8,6 +8,16 @@ flags stray rows (a transform key the batch did not process) so that the write r
 them (`Refusal`) within its own classification, with no Spark job of its own. In end
 commit mode the hot deltas stay open across batches until the run commits them; a
 failed batch's writes are undone (`HotDelta.savepoint/restore`).
+
+An output whose primary key holds the transform keys (the usual case) is a replacing
+write (`HotDelta.write(replacing=...)`): the keys select every version of the output
+rows they own, so the write reads the keys' earlier rows once, as the candidates it
+classifies against, and deletes those the new output no longer has, all in its own
+job. For a batch of keys held by the driver that is one Spark job with or without
+adaptive execution: the keys are an IN filter, or a relation joined in the write's one
+partition (no broadcast, no exchange, no cache). Any other output (a row may move to
+another transform key) reads the keys' earlier rows first and writes their tombstones
+beside the new rows.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from pyspark.sql.types import StructType
 
 from offset_assets.engine.commit import rollback_quietly
 from offset_assets.engine.errors import TransformationOutputError
-from offset_assets.engine.loading import KeyValues, Persist, RunReads
+from offset_assets.engine.loading import KeyValues, Persist, RunReads, matching_keys
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.caching import storage_level
@@ -29,7 +39,7 @@ from offset_assets.versioned.hot_delta import SMALL_WRITE_ROWS, HotDelta
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import is_safe_cast
-from offset_assets.versioned.writes import Refusal
+from offset_assets.versioned.writes import Refusal, Replacement
 
 # Columns the run adds to an output while writing it (never stored).
 STRAY, IN_BATCH, IN_NEW = "__outside_batch", "__in_batch", "__in_new_output"
@@ -54,8 +64,10 @@ class OutputWriter:
 
     def evaluate(self, produced: DataFrame | Mapping[str, DataFrame], persist: Persist) -> dict[str, DataFrame]:
         """The function's outputs by name, each reduced to its table's data columns (cast
-        to their declared types) and persisted; a missing output or column, or a column
-        of the wrong type (`declared_columns`), raises `TransformationOutputError`."""
+        to their declared types); persisted when its write reads it twice (an output
+        whose primary key does not hold the transform keys: `_write_with_previous_rows`),
+        a replacing write reads it once. A missing output or column, or a column of the
+        wrong type (`declared_columns`), raises `TransformationOutputError`."""
         t, tid = self.t, self.t.transformation_id
         by_name = {out.name: out for out in t.outputs}
         if isinstance(produced, DataFrame):
@@ -77,7 +89,8 @@ class OutputWriter:
                 raise TransformationOutputError(
                     f"transformation {tid!r}: output {name!r} lacks column(s) {missing}"
                 )
-            evaluated[name] = persist(declared_columns(tid, table.name, table.schema, df))
+            declared = declared_columns(tid, table.name, table.schema, df)
+            evaluated[name] = declared if self._replacing(table) else persist(declared)
         return evaluated
 
     def write(self, keys: KeyValues | DataFrame, outputs: Mapping[str, DataFrame],
@@ -119,10 +132,13 @@ class OutputWriter:
         for hot in self.hots.values():
             rollback_quietly(hot)
 
-    def _flag_stray_rows(self, output: DataFrame, keys: KeyValues | DataFrame) -> DataFrame:
+    def _flag_stray_rows(self, output: DataFrame, keys: KeyValues | DataFrame, in_one_partition: bool = False,
+                         ) -> DataFrame:
         """`output` with a column STRAY: true where the row's transform key is not one of
         the batch's keys. The write refuses such rows (`Refusal`) within its own
-        classification, so the check costs no Spark job of its own."""
+        classification, so the check costs no Spark job of its own. `in_one_partition`:
+        the write gathers `output` into one partition, where the keys are joined in place
+        (no exchange, no broadcast)."""
         if isinstance(keys, KeyValues) and keys.fit_in_filter(self.reads.pushdown_limit):
             # A filter, not a join: broadcasting even a tiny key relation is a job.
             column = F.col(f"`{keys.columns[0]}`")
@@ -130,8 +146,15 @@ class OutputWriter:
                 STRAY, column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows]))
         frame = keys.frame(self.key_table) if isinstance(keys, KeyValues) else keys
         in_batch = frame.withColumn(IN_BATCH, F.lit(True))
+        if in_one_partition:
+            output, in_batch = output.coalesce(1), in_batch.coalesce(1).hint("shuffle_hash")
         joined = output.join(in_batch, on=list(self.t.transform_keys), how="left")
         return joined.withColumn(STRAY, F.col(IN_BATCH).isNull()).drop(IN_BATCH)
+
+    def _replacing(self, table: VersionedTable) -> bool:
+        """True when `table`'s primary key holds the transform keys: a batch's keys then
+        own every version of their output rows (`_write_replacement`)."""
+        return set(self.t.transform_keys) <= set(table.primary_key)
 
     def _write_replacement(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
                            keys: KeyValues | DataFrame, shuffled: bool) -> Any:
@@ -139,15 +162,51 @@ class OutputWriter:
         the new output no longer has: one write of upserts and tombstones. A row for a
         transform key the batch did not process refuses the write."""
         transform_keys = list(self.t.transform_keys)
+        tid = self.t.transformation_id
+
+        def stray_error(example: dict) -> Exception:
+            return TransformationOutputError(
+                f"transformation {tid!r}: output {table.name!r} has a row for transform key "
+                f"{example} that this batch did not process"
+            )
+
+        refusal = Refusal(STRAY, transform_keys, stray_error)
+        # Batch mode writes each output delta once, then commits it.
+        last = self.t.commit_mode == "batch"
+        if not self._replacing(table):
+            return self._write_with_previous_rows(hot, table, new, keys, shuffled, refusal, last)
+        # A batch of keys held by the driver writes about as many rows: a plan hint
+        # (`HotDelta.write`'s `rows`), never a count; the write then runs in one pass, in
+        # one partition when small.
+        size_hint = len(keys.rows) if isinstance(keys, KeyValues) else None
+        small = size_hint is not None and size_hint <= SMALL_WRITE_ROWS
+
+        def select(versions: DataFrame, in_one_partition: bool) -> DataFrame:
+            if isinstance(keys, KeyValues):
+                return matching_keys(versions, self.key_table, keys, self.reads.pushdown_limit, in_one_partition)
+            # A batch of distributed keys: hinted by `DistributedKeys.batch`.
+            return versions.join(keys, on=transform_keys, how="left_semi")
+
+        rows = self._flag_stray_rows(new, keys, in_one_partition=small).withColumn("sys_op", F.lit(0))
+        return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint,
+                         replacing=Replacement(select))
+
+    def _write_with_previous_rows(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
+                                  keys: KeyValues | DataFrame, shuffled: bool, refusal: Refusal,
+                                  last: bool) -> Any:
+        """The replacement of an output whose primary key does not hold the transform keys
+        (a row may move to another transform key, so the write looks its candidates up by
+        the written keys): upserts plus tombstones of the keys' previous rows that `new`
+        (persisted: read twice) no longer has, found before the write."""
         previous = self.reads.for_keys(table, keys, None).persist(storage_level(shuffled))
         try:
             pk = list(table.primary_key)
             new_keys = new.select(*pk)
-            # A batch of keys held by the driver writes about as many rows: a plan hint
-            # (`HotDelta.write`'s `rows`), never a count; the write then runs in one pass.
-            # A small one finds the vanished keys in one partition (no exchange, no
-            # broadcast: each a Spark job under adaptive execution); a larger one leaves
-            # the join to Spark, shuffled when a batch may be larger than the limit.
+            # A batch of keys held by the driver writes about as many rows: a plan hint,
+            # never a count (see `_write_replacement`). A small one finds the vanished keys
+            # in one partition (no exchange, no broadcast: each a Spark job under adaptive
+            # execution); a larger one leaves the join to Spark, shuffled when a batch may
+            # be larger than the limit.
             size_hint = len(keys.rows) if isinstance(keys, KeyValues) and not shuffled else None
             small = size_hint is not None and size_hint <= SMALL_WRITE_ROWS
             if small:
@@ -167,21 +226,7 @@ class OutputWriter:
                 F.lit(False).alias(STRAY),
             )
             rows = self._flag_stray_rows(new, keys).withColumn("sys_op", F.lit(0)).unionByName(deletes)
-            # Every written key's actual row belongs to a processed key when the output's
-            # primary key holds the transform keys: the read above is then the whole
-            # candidate set and the write reads nothing more.
-            actual = previous if set(transform_keys) <= set(pk) else None
-            tid = self.t.transformation_id
-
-            def stray_error(example: dict) -> Exception:
-                return TransformationOutputError(
-                    f"transformation {tid!r}: output {table.name!r} has a row for transform key "
-                    f"{example} that this batch did not process"
-                )
-
-            # Batch mode writes each output delta once, then commits it.
-            return hot.write(rows, actual=actual, refusal=Refusal(STRAY, transform_keys, stray_error),
-                             last=self.t.commit_mode == "batch", large=shuffled, rows=size_hint)
+            return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint)
         finally:
             previous.unpersist()
 

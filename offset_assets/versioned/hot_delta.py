@@ -28,6 +28,14 @@ the written keys are checked against it as they are written. A small write does 
 semi-join its candidates with its keys (no shuffle, no broadcast): the classification
 drops the rest, which for keys spread over a large table means aggregating much of it
 in one task.
+
+A replacing write (`writes.Replacement`: a transformation's output for the keys its
+batch processed) is given its keys instead: the committed versions of those keys are its
+candidates, selected by the caller (an IN filter, or a join with the keys), so they are
+read once, by the write's own job, and the keys' actual rows it does not hold are
+deleted. A small one reads them into its one partition when the catalog counts at most
+`ONE_TASK_ROWS` committed versions (a join there needs no exchange); a larger table is
+scanned in parallel and only the selected versions are shuffled into that partition.
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
 from offset_assets.versioned.reads import TableReader, versions_bound
 from offset_assets.versioned.table_schema import conform
-from offset_assets.versioned.writes import Refusal, WriteStats
+from offset_assets.versioned.writes import Refusal, Replacement, WriteStats
 
 __all__ = ["HotDelta", "HotTable"]
 
@@ -75,6 +83,9 @@ IN_LIST_ROWS = 1_000
 # Committed versions (the catalog's count) below which a write's candidates are read
 # whole: bounding the scan by the written keys would cost a Spark job to save little.
 WHOLE_SCAN_ROWS = 100_000
+# Committed versions a small replacing write reads in its one task (no shuffle), about
+# two of the files compaction writes; a larger table is scanned in parallel.
+ONE_TASK_ROWS = 2 * ROWS_PER_FILE
 MAX_EXAMPLES = 5
 # Column types whose Parquet statistics can bound a scan by a key's values.
 _PRUNABLE = (IntegralType, StringType, DateType, TimestampType, DecimalType)
@@ -130,14 +141,11 @@ class HotDelta:
     def __repr__(self) -> str:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
-    def write(self, df: DataFrame, actual: DataFrame | None = None, refusal: Refusal | None = None,
-              last: bool = False, large: bool = False, rows: int | None = None,
-              key_range: tuple[Any, Any] | None = None) -> WriteStats:
+    def write(self, df: DataFrame, refusal: Refusal | None = None, last: bool = False, large: bool = False,
+              rows: int | None = None, key_range: tuple[Any, Any] | None = None,
+              replacing: Replacement | None = None) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
-        `actual`: the caller's read of the actual rows (data columns, sys_op, sys_from) of
-        at least the keys it writes, when it has one (the engine read them to find the
-        rows a processed key no longer yields): the write then reads nothing else.
         `refusal`: rows the caller refuses (flagged in a column of `df`); one refuses the
         whole write, like bad input.
         `last`: no write into this delta follows (a later one is refused), so the rows
@@ -149,16 +157,21 @@ class HotDelta:
         without a Spark job: the write then runs in one pass (see the module docstring).
         `key_range`: with `rows`, the lowest and highest value the first primary-key
         column of `df` can hold (an id range's bounds): the candidates are bounded by them
-        without a Spark job, and a row outside refuses the write."""
+        without a Spark job, and a row outside refuses the write.
+        `replacing`: the keys whose actual rows `df` replaces (`writes.Replacement`): their
+        committed versions are the candidates (read once, without a lookup by the written
+        keys), and each of them that has an actual row and none in `df` is deleted."""
         self._check_writable("write to")
+        if replacing is not None and key_range is not None:
+            raise VersionedTableError(self.table.name, "a replacing write takes no key range: its keys are given")
         table = self.table
         keep = [refusal.column] if refusal else []
         incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep)
         if rows is None:
-            stats = self._write(incoming, actual, refusal, keep_unchanged=not last, large=large)
+            stats = self._write(incoming, refusal, keep_unchanged=not last, large=large, replacing=replacing)
         else:
-            stats = self._write_in_one_pass(incoming, rows, actual, refusal, keep_unchanged=not last, large=large,
-                                            key_range=key_range)
+            stats = self._write_in_one_pass(incoming, rows, refusal, keep_unchanged=not last, large=large,
+                                            key_range=key_range, replacing=replacing)
         self._last_written = last
         return stats
 
@@ -213,22 +226,22 @@ class HotDelta:
         others = [c for c in table.data_columns if c not in table.primary_key]
         return self._write(conform(table.name, keys, table.schema, table.primary_key, others))
 
-    def _write(self, incoming: DataFrame, actual: DataFrame | None = None,
-               refusal: Refusal | None = None, keep_unchanged: bool = True, large: bool = False) -> WriteStats:
+    def _write(self, incoming: DataFrame, refusal: Refusal | None = None,
+               keep_unchanged: bool = True, large: bool = False, replacing: Replacement | None = None,
+               ) -> WriteStats:
         table = self.table
         # Persisted: the incoming keys select the candidate actual versions (a semi-join)
         # and the rows are classified, without computing the caller's DataFrame twice.
         level = storage_level(large)
         incoming = incoming.persist(level)
         try:
-            if actual is not None:
-                candidates = _actual_columns(actual, table)
-            else:
-                committed = self._committed()
-                candidates = None if committed is None else self._candidates(incoming, None, *committed)
+            committed = self._committed()
+            candidates = None if committed is None else (
+                replacing.select(table.reader.scan(committed[0]), False) if replacing
+                else self._candidates(incoming, None, *committed))
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key,
-                refused=refusal.column if refusal else None,
+                refused=refusal.column if refusal else None, replacing=replacing is not None,
             ).persist(level)
             try:
                 row = classified.agg(*writes.counts_of(classified)).first()
@@ -242,34 +255,37 @@ class HotDelta:
             incoming.unpersist()
         return self._add(stats)
 
-    def _write_in_one_pass(self, incoming: DataFrame, rows: int, actual: DataFrame | None,
-                           refusal: Refusal | None, keep_unchanged: bool, large: bool,
-                           key_range: tuple[Any, Any] | None = None) -> WriteStats:
+    def _write_in_one_pass(self, incoming: DataFrame, rows: int, refusal: Refusal | None,
+                           keep_unchanged: bool, large: bool,
+                           key_range: tuple[Any, Any] | None = None, replacing: Replacement | None = None,
+                           ) -> WriteStats:
         """Classify, count and write in one Spark job (the counts observed while the
         versions are written); a refused write's files are deleted before it raises."""
         table = self.table
         first_key = table.primary_key[0]
         small = rows <= SMALL_WRITE_ROWS
-        committed = self._committed() if actual is None else None
+        committed = self._committed()
         bounded = key_range is not None and isinstance(table.schema[first_key].dataType, _PRUNABLE)
         # A large write whose candidates are looked up by its keys reads its rows twice:
         # cached. A small one reads them again (its cache would be a Spark job of its own
-        # under adaptive execution); one with nothing committed, or bounded by the
-        # caller's key range, reads them once.
-        cache = committed is not None and not small and not bounded
+        # under adaptive execution); one with nothing committed, bounded by the caller's
+        # key range or replacing the caller's keys reads them once.
+        cache = committed is not None and not small and not bounded and replacing is None
         if cache:
             incoming = incoming.persist(storage_level(large))
         try:
-            if actual is not None:
-                candidates = _actual_columns(actual, table)
+            if committed is None:
+                candidates = None
+            elif replacing is not None:
+                candidates = self._replaced_candidates(replacing, small, *committed)
             else:
-                candidates = None if committed is None else (
-                    self._candidates_within(*key_range, committed[0]) if bounded
-                    else self._candidates(incoming, rows, *committed))
+                candidates = (self._candidates_within(*key_range, committed[0]) if bounded
+                              else self._candidates(incoming, rows, *committed))
             partitions = 1 if small else _partitions(table.reader.spark, rows)
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key,
                 refused=refusal.column if refusal else None, partitions=partitions,
+                replacing=replacing is not None,
             )
             number = self._writes + 1
             versions_at, unchanged_at = write_path(self.data_path, number), noop_path(self.data_path, number)
@@ -336,6 +352,20 @@ class HotDelta:
         the classification drops the candidates of keys nobody writes."""
         column = F.col(f"`{self.table.primary_key[0]}`")
         return self.table.reader.scan(paths).where(column.between(F.lit(low), F.lit(high)))
+
+    def _replaced_candidates(self, replacing: Replacement, small: bool, paths: list[str],
+                             committed: int | None) -> DataFrame:
+        """Committed versions under `paths` (`committed` of them) of the keys a write
+        replaces. A small write is classified in one partition: its candidates are read
+        into it (joined there with the keys, no exchange) when the catalog counts at most
+        `ONE_TASK_ROWS` of them; a larger table is scanned in parallel and only the
+        selected versions are gathered into one partition (a shuffle: one Spark job)."""
+        scan = self.table.reader.scan(paths)
+        if not small:
+            return replacing.select(scan, False)
+        if committed is not None and committed <= ONE_TASK_ROWS:
+            return replacing.select(scan, True)
+        return replacing.select(scan, False).repartition(1)
 
     def _check_key_range(self, key_range: tuple[Any, Any], lowest: Any, highest: Any) -> None:
         """Refuse a write whose keys fall outside the range its caller gave: its candidates
@@ -511,10 +541,6 @@ def _write_sorted(frame: DataFrame, path: str, primary_key: Sequence[str]) -> No
 
 def _stats(counts: dict[str, int]) -> WriteStats:
     return WriteStats(counts[writes.UPSERT], counts[writes.DELETE], counts[writes.UNCHANGED])
-
-
-def _actual_columns(actual: DataFrame, table: HotTable) -> DataFrame:
-    return actual.select(*[F.col(f"`{c}`") for c in table.data_columns], F.col(SYS_OP), F.col("sys_from"))
 
 
 def _within(incoming: DataFrame, column: str) -> Column:

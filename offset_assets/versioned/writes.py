@@ -13,6 +13,10 @@ non-key columns of a delete ignored (a delete is about a key). Then, per row:
 - otherwise a version: the upsert itself, or a tombstone (sys_op = 1) carrying the data
   of the version it deletes, so that change readers still see the deleted values.
 
+A write may replace the actual rows of some keys (`Replacement`: a transformation's
+output for the keys its batch processed): an actual row of those keys that the write
+holds no row for is deleted, as if the write held its delete.
+
 Counts are per key: a key's rows are grouped once, and the smallest and the largest of
 its states (structs, ordered as Spark orders them) tell whether it has one state or
 several. That is plain min/max aggregation, where a set of states per key (collect_set)
@@ -70,6 +74,19 @@ class Refusal:
     error: Callable[[dict], Exception]
 
 
+@dataclass(frozen=True)
+class Replacement:
+    """The keys whose actual rows one write replaces: a key among them that has an actual
+    row and no row in the write gets a tombstone. The caller (the engine, which holds the
+    keys) restricts the committed versions to them: `select(versions, in_one_partition)`
+    keeps the versions of those keys, by primary-key columns only, so that every version
+    of a key is kept or none (the newest kept is then its actual version);
+    `in_one_partition` says the versions are read into one partition, where a join
+    with the keys needs no exchange, or read in parallel."""
+
+    select: Callable[[DataFrame, bool], DataFrame]
+
+
 def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str], keep: Sequence[str] = ()) -> DataFrame:
     """Data columns and sys_op, with non-key columns nulled for deletes (and `keep`)."""
     is_delete = F.col(SYS_OP) == OP_DELETE
@@ -90,6 +107,7 @@ def classify(
     primary_key: Sequence[str],
     refused: str | None = None,
     partitions: int | None = None,
+    replacing: bool = False,
 ) -> DataFrame:
     """One row per incoming key: its state, a `__kind`, and the actual version (`__actual`,
     whose data a tombstone carries).
@@ -101,6 +119,9 @@ def classify(
     (duplicates collapse), and the actual version is the candidate with the highest
     sys_from (max of a struct that starts with sys_from). `refused`: a boolean column of
     `incoming` marking rows the caller refuses (a key with such a row is `refused`).
+    `replacing`: the candidates are the versions of the keys the write replaces
+    (`Replacement`): a key among them whose actual version is an upsert and that has no
+    incoming row gets the state of a delete, classified like an incoming one.
 
     `partitions`: None, Spark plans the grouping's shuffle; 1, the rows are gathered in
     one partition first, which satisfies the grouping without an exchange (a small write:
@@ -144,11 +165,19 @@ def classify(
         *([F.max(_REFUSED).alias(_REFUSED)] if refused else []),
     ]
     aggregates += [F.max(c).alias(c) for c in (PRIOR, ACTUAL) if c in union.columns]
-    grouped = union.groupBy(*keys).agg(*aggregates).where(F.col(_FIRST).isNotNull())
-    states = grouped.select(
+    grouped = union.groupBy(*keys).agg(*aggregates)
+    first, last = F.col(_FIRST), F.col(_LAST)
+    if replacing and candidates is not None:
+        # A replaced key with an actual row and no incoming one: the state of its delete.
+        deleted = F.when(F.col(ACTUAL)[SYS_OP] == OP_UPSERT, F.struct(
+            *[F.lit(None).cast(schema[c].dataType).alias(c) for c in values], F.lit(OP_DELETE).alias(SYS_OP)))
+        first, last = F.coalesce(first, deleted), F.coalesce(last, deleted)
+    states = grouped.where(first.isNotNull()).select(
         *keys,
-        *[F.col(_FIRST)[c].alias(c) for c in state_columns],
-        *[c for c in grouped.columns if c not in primary_key],
+        *[first[c].alias(c) for c in state_columns],
+        first.alias(_FIRST),
+        last.alias(_LAST),
+        *[c for c in grouped.columns if c not in primary_key and c not in (_FIRST, _LAST)],
     )
 
     null_key = _any([F.col(f"`{c}`").isNull() for c in primary_key])
