@@ -160,3 +160,25 @@ def test_distributed_batches_are_the_batches_the_driver_would_cut(spark):
             number: sorted(keys) for number, keys in enumerate(local.batches)}
     finally:
         distributed.release()
+
+
+def test_an_incremental_run_of_more_keys_than_the_pushdown_limit_plans_no_exchange_and_no_broadcast(
+        spark, sqlite_url, warehouse):
+    """40 changed keys with a pushdown limit of 10: the keys are not an IN filter but the
+    driver's relation of them (its size known to Spark), joined in one partition with the
+    input's deltas and with the output's earlier rows, which the write reads as its
+    candidates: neither a broadcast nor a shuffle."""
+    plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
+    write_rows(spark, src, 0, ROWS, 0)
+    engine = IncrementalEngine(spark, plane, pushdown_limit=10)
+    engine.run_full(copy)
+    write_rows(spark, src, 0, 30, 1)
+    write_rows(spark, src, ROWS, 10, 1)
+
+    with recorded_plans(spark) as plans:
+        assert engine.run_full(copy).processed_keys == 40
+
+    assert plans.with_broadcast() == [], plans.describe(plans.with_broadcast())
+    assert plans.with_operator("Exchange") == [], plans.describe(plans.with_operator("Exchange"))
+    assert plans.with_operator("ShuffledHashJoin"), "the keys are joined: " + plans.describe()
+    assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
