@@ -21,7 +21,8 @@ Inside `broadcast_limit(rows)` (the engine builds its reads there) the anti-join
 drops the snapshot rows replaced by later deltas is planned from the catalog, not from
 Spark's size estimate: Spark may broadcast the replaced keys only when the deltas'
 version counts bound them within `rows`; otherwise it is a shuffled sort-merge join, so
-no JVM holds them whole. Outside it, Spark decides as usual.
+no JVM holds them whole. Versions bounded that way are ranked (newest per key) in one
+partition, without an exchange. Outside it, Spark decides as usual.
 """
 
 from __future__ import annotations
@@ -164,12 +165,18 @@ class TableReader:
         live = None
         if deltas_after:
             versions = _apply(self.scan([d.data_path for d in deltas_after], with_update_ts), key_filters)
-            latest = versions if len(deltas_after) == 1 else self._latest(versions)
+            limit = _BROADCAST_LIMIT.get()
+            bound = versions_bound(deltas_after)
+            bounded = limit is not None and bound is not None and bound <= limit
+            if len(deltas_after) > 1:
+                # Versions the catalog bounds within the limit are ranked in one partition:
+                # the window plans no exchange (a Spark job of its own under adaptive execution).
+                latest = self._latest(versions.coalesce(1) if bounded else versions)
+            else:
+                latest = versions
             if base is not None:
                 replaced = latest.select(*self.primary_key)
-                limit = _BROADCAST_LIMIT.get()
-                bound = versions_bound(deltas_after)
-                if limit is not None and (bound is None or bound > limit):
+                if limit is not None and not bounded:
                     replaced = replaced.hint("merge")  # shuffled: not held whole by one JVM
                 base = base.join(replaced, on=self.primary_key, how="left_anti")
             live = _apply(latest.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
