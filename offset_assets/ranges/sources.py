@@ -81,10 +81,10 @@ class SqlTableSource:
     reflects the table, fixes the range's bounds and counts its rows; Spark's executors
     read it in slices (`sql_slices`), each task its own sub-range over its own
     connection, `fetch_size` rows at a time. `slices` fixes the slice count; by default
-    it is one per `rows_per_slice` rows, and at least one per core of the session for a
-    range large enough. A SQLite file must be reachable at the same path by the
-    executors (local sessions, a cluster on this machine); a remote cluster needs a
-    network database.
+    a slice holds at most `rows_per_slice` rows, the slices run in whole waves over the
+    session's cores, and a range large enough has at least one slice per core. A SQLite
+    file must be reachable at the same path by the executors (local sessions, a cluster
+    on this machine); a remote cluster needs a network database.
     """
 
     url: str
