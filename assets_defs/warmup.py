@@ -5,22 +5,29 @@ the server's first Spark work (its classes loading and its code being compiled).
 The run is the engine's own path on a few rows in a temporary folder with a SQLite
 control plane of its own: a first run and an incremental run with a changed reference
 row (Parquet writes and reads, the reverse and filtered joins, the classification of a
-write, a commit). Nothing of it is left behind: the folder is deleted and the Connect
+write, a commit), and the ingestion of an id range of a small SQLite table (the server's
+Python workers reading it as the SQL source's slices, the range's one-pass write).
+Nothing of it is left behind: the folder is deleted and the Connect
 session closed; the project's control plane and warehouse are not touched.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 import time
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from offset_assets.control_plane import connect, database
+from offset_assets.control_plane import ControlPlane, connect, database
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
+from offset_assets.ranges.planners import AutoIncrementIdPlanner
+from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.versioned.table import VersionedTable
 
 POSTS = StructType([StructField("post_id", LongType(), False), StructField("user_id", LongType()),
@@ -32,6 +39,17 @@ ENRICHED = StructType([*POSTS.fields, StructField("author", StringType())])
 def _enrich(posts: DataFrame, users: DataFrame) -> DataFrame:
     authors = users.select(F.col("id").alias("user_id"), F.col("name").alias("author"))
     return posts.join(authors, on="user_id", how="left").select("post_id", "user_id", "text", "author")
+
+
+def _ingest_users(spark: SparkSession, plane: ControlPlane, folder: str) -> None:
+    """Ingest the id range of a three-row SQLite table into a versioned table."""
+    source = Path(folder) / "source.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT)")
+        conn.executemany("INSERT INTO users (id, name) VALUES (?, ?)", [(u, f"user{u}") for u in range(1, 4)])
+    job = IngestionJob("warmup_users", SqlTableSource(f"sqlite:///{source}", "users", id_column="id"),
+                       AutoIncrementIdPlanner(), TargetTable("raw_users", ["id"], USERS))
+    RangeIngestion(spark, plane, job, folder).run_pending(run_id="warmup")
 
 
 def warm_up(remote: str) -> float:
@@ -58,6 +76,7 @@ def warm_up(remote: str) -> float:
             users.write_delta(spark.createDataFrame([(1, "renamed")], users.schema), holder="warmup")
             posts.write_delta(spark.createDataFrame([(2, 2, "edited")], posts.schema), holder="warmup")
             engine.run_full(t)
+            _ingest_users(spark, plane, folder)
         finally:
             database.forget(url)
     spark.stop()

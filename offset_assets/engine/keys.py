@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StringType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.candidates import INPUT_COL, TS_COL
@@ -39,6 +40,8 @@ from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_DRIVER_LIMIT = 100_000
+# Key column types whose values an Arrow collect returns as a Row collect does (str, int).
+_ARROW_EXACT_KEYS = (StringType, ByteType, ShortType, IntegerType, LongType)
 
 Key = tuple
 
@@ -109,17 +112,28 @@ def _sort_key(first_ts: float | None, key: Key) -> tuple:
     return (first_ts is not None, first_ts or 0.0, key)
 
 
-def local_from_rows(columns: Sequence[str], rows: Sequence, batch_size: int | None) -> LocalKeys:
-    """Batches of the collected index rows (keys..., update_ts, _input_name)."""
+def collect_index(index_rows: DataFrame, columns: Sequence[str]) -> list[tuple]:
+    """The index rows as tuples (keys..., update_ts, input name), in one Spark job.
+
+    Keys of strings and integers come back as Arrow columns, without a Python Row object
+    per row (20,000 rows cost 0.3 s of the driver's time as Rows); keys of other types
+    (dates, timestamps, decimals) as Rows, the values the rest of the engine holds."""
+    frame = index_rows.select(*[F.col(f"`{c}`") for c in columns], TS_COL, INPUT_COL)
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    if not all(isinstance(types[c], _ARROW_EXACT_KEYS) for c in columns):
+        return [tuple(row) for row in frame.collect()]
+    table = frame.toArrow()
+    return list(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True))
+
+
+def local_from_rows(columns: Sequence[str], rows: Sequence[tuple], batch_size: int | None) -> LocalKeys:
+    """Batches of the collected index rows (keys..., update_ts, input name, in this order)."""
     width = len(columns)
     first: dict[Key, float | None] = {}
     per_input: dict[Key, dict[str, float]] = {}
     marked_by: dict[Key, set[str]] = {}
-    # Positions found once: a Row looks a field name up in its list of names on every access.
-    names = list(rows[0].__fields__) if rows else []
-    at_ts, at_input = (names.index(TS_COL), names.index(INPUT_COL)) if rows else (0, 0)
     for row in rows:
-        key, ts, name = tuple(row[:width]), row[at_ts], row[at_input]
+        key, ts, name = tuple(row[:width]), row[width], row[width + 1]
         if key not in first:
             first[key] = ts
         elif ts is not None and (first[key] is None or ts < first[key]):
@@ -203,7 +217,7 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
         return SelectedKeys(local_from_keys(columns, [], t.batch_size), deltas_read)
     if index.most_rows is not None and index.most_rows <= limit:
         # The catalog bounds the index within the limit: collect it, one job.
-        return SelectedKeys(local_from_rows(columns, index.rows.collect(), t.batch_size), deltas_read)
+        return SelectedKeys(local_from_rows(columns, collect_index(index.rows, columns), t.batch_size), deltas_read)
     # Bounded above the limit: the index may not fit in memory, so it is cached on disk.
     rows = index.rows.persist(storage_level(index.most_rows is not None))
     try:
@@ -213,7 +227,7 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
         # limit (a first run, a reprocess of a large table): no count, the keys stay
         # distributed and the run streams through their batches.
         if index.most_rows is None and rows.count() <= limit:
-            return SelectedKeys(local_from_rows(columns, rows.collect(), t.batch_size), deltas_read)
+            return SelectedKeys(local_from_rows(columns, collect_index(rows, columns), t.batch_size), deltas_read)
         return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size,
                                                   with_min_ts=t.commit_mode == "batch", broadcast_limit=limit))
     finally:

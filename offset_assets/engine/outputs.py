@@ -94,9 +94,10 @@ class OutputWriter:
         return evaluated
 
     def write(self, keys: KeyValues | DataFrame, outputs: Mapping[str, DataFrame],
-              shuffled: bool) -> dict[str, HotDelta]:
+              shuffled: bool, last: bool = False) -> dict[str, HotDelta]:
         """Write each output's replacement of the batch's `keys` into its hot delta
-        (`shuffled`: a batch may be too large to broadcast its output's keys)."""
+        (`shuffled`: a batch may be too large to broadcast its output's keys; `last`: the
+        run's last batch, whose writes are the last into the run's hot deltas)."""
         batch_mode = self.t.commit_mode == "batch"
         by_name = {out.name: out for out in self.t.outputs}
         hots: dict[str, HotDelta] = {}
@@ -113,7 +114,7 @@ class OutputWriter:
                     hot = self.hots[name]
                 hots[name] = hot
                 savepoints[name] = hot.savepoint()
-                stats[name] = self._write_replacement(hot, table, df, keys, shuffled)
+                stats[name] = self._write_replacement(hot, table, df, keys, shuffled, last)
         except BaseException:
             # The other outputs of a failed batch must not keep its rows: end mode undoes
             # this batch's writes in the run's hot deltas, batch mode drops its own.
@@ -157,7 +158,7 @@ class OutputWriter:
         return set(self.t.transform_keys) <= set(table.primary_key)
 
     def _write_replacement(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
-                           keys: KeyValues | DataFrame, shuffled: bool) -> Any:
+                           keys: KeyValues | DataFrame, shuffled: bool, last_batch: bool) -> Any:
         """The processed keys' new output, plus deletes of their previous output rows that
         the new output no longer has: one write of upserts and tombstones. A row for a
         transform key the batch did not process refuses the write."""
@@ -171,8 +172,10 @@ class OutputWriter:
             )
 
         refusal = Refusal(STRAY, transform_keys, stray_error)
-        # Batch mode writes each output delta once, then commits it.
-        last = self.t.commit_mode == "batch"
+        # Batch mode writes each output delta once, then commits it; end mode's last batch
+        # writes last into the run's deltas. No write follows, so the unchanged rows need
+        # no file (it only lets a later write into the delta refuse another state of them).
+        last = self.t.commit_mode == "batch" or last_batch
         if not self._replacing(table):
             return self._write_with_previous_rows(hot, table, new, keys, shuffled, refusal, last)
         # A batch of keys held by the driver writes about as many rows: a plan hint

@@ -238,7 +238,7 @@ class TransformationRun:
         try:
             with self._profiler.phase("output_write"):
                 outputs = self._writer.evaluate(produced, self._persist)
-                hots = self._writer.write(self._batch(batch), outputs, shuffled)
+                hots = self._writer.write(self._batch(batch), outputs, shuffled, last=batch == self.batches[-1])
         except Exception as exc:  # noqa: BLE001 - errors of the user's function surface here
             self.record_failure(batch, exc)
             return False
