@@ -66,6 +66,17 @@ HISTORIES = int(os.environ.get("EXACTNESS_HISTORIES", "25"))
 # the fifth for a third of the run).
 SHARDS = min(HISTORIES, max(5, HISTORIES // 20))
 STEPS_PER_HISTORY = 6
+# One shard's histories: no example database, no deadline, and no shrinking (shrinking a
+# Spark history takes far longer than reading its printed steps).
+SHARD_SETTINGS = settings(
+    max_examples=-(-HISTORIES // SHARDS),
+    stateful_step_count=STEPS_PER_HISTORY,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
 
 POST_IDS = st.integers(min_value=1, max_value=6)
 NEVER_POSTED = st.integers(min_value=7, max_value=8)  # deletes of keys that never existed
@@ -401,16 +412,7 @@ def test_incremental_runs_equal_a_full_recompute_on_every_path(spark, history_wo
     ExactnessMachine.driver_keys_limit = 2 if shard % 2 else None
     started = time.monotonic()
     machine = seed(20261125 + shard)(lambda: ExactnessMachine())
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=-(-HISTORIES // SHARDS),
-        stateful_step_count=STEPS_PER_HISTORY,
-        database=None,
-        print_blob=True,
-        deadline=None,
-        # Shrinking a Spark history takes far longer than reading the printed steps.
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    ))
+    run_state_machine_as_test(machine, settings=SHARD_SETTINGS)
     durations = ExactnessMachine.durations
     print(f"exactness shard {shard}: {len(durations)} histories in {time.monotonic() - started:.0f} s, "
           f"{sum(durations) / max(len(durations), 1):.1f} s per history")

@@ -13,7 +13,7 @@ output was compacted. Generated histories run the joined way too
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import seed
 from hypothesis.stateful import run_state_machine_as_test
 from pyspark.sql import DataFrame
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -24,7 +24,7 @@ from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.table import VersionedTable
-from tests.test_engine_exactness import HISTORIES, SHARDS, STEPS_PER_HISTORY, ExactnessMachine
+from tests.test_engine_exactness import SHARD_SETTINGS, ExactnessMachine
 
 POSTS_BY_USER = StructType([
     StructField("user_id", LongType(), False),
@@ -88,12 +88,4 @@ def test_incremental_runs_equal_a_full_recompute_with_every_key_joined(spark, ke
     ExactnessMachine.workdir = keys_joined_workdir
     ExactnessMachine.driver_keys_limit = None
     machine = seed(20261127)(lambda: KeysJoinedMachine())
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=-(-HISTORIES // SHARDS),
-        stateful_step_count=STEPS_PER_HISTORY,
-        database=None,
-        print_blob=True,
-        deadline=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    ))
+    run_state_machine_as_test(machine, settings=SHARD_SETTINGS)
