@@ -16,6 +16,7 @@ from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.layout import WarehouseFiles
 from offset_assets.versioned.maintenance import cleanup
+from offset_assets.versioned.reads import broadcast_limit
 
 SCHEMA = StructType(
     [StructField("id", LongType(), False), StructField("kind", StringType()), StructField("v", LongType())]
@@ -145,6 +146,36 @@ def test_compaction_reads_the_snapshot_plus_later_deltas_and_keeps_every_read_ex
     assert actual(by_kind) == [(4, "b", 40, 4), (6, "b", 6, 1), (7, "b", 7, 3)]
     # update_ts of snapshot rows is still the commit_ts of the delta that wrote them.
     assert {r.id: r.update_ts for r in latest.collect()}[5] == deltas[0].commit_ts
+
+
+def test_an_actual_read_the_catalog_bounds_ranks_snapshot_and_deltas_in_one_partition_without_a_join(
+        spark, sqlite_url, warehouse):
+    """Inside `broadcast_limit(rows)` (the engine's reads) an actual read whose snapshot
+    rows and later versions the catalog bounds within `rows` keeps the newest version of
+    each key among both, in one partition, with no anti-join; above the bound it joins
+    as before. Both give the same rows: deletes after the snapshot, a key filter, a
+    filter on another column that an older version matched, every delta number."""
+    table = VersionedTable(spark, connect(sqlite_url), "events", ["id"], SCHEMA, warehouse=warehouse)
+    write_history(spark, table, HISTORY[:1])
+    assert compact(table) == 1
+    write_history(spark, table, HISTORY[1:])  # id 2 deleted, id 1 back to kind 'a', id 7 new
+    reads = {
+        "all": {},
+        "by key": {"where_in": {"id": [1, 2, 3, 7]}},
+        "by kind": {"where_in": {"kind": ["b"]}},
+    }
+    for as_of in (1, 2, 3, 4):
+        for name, options in reads.items():
+            unbounded = table.read_actual(as_of_delta=as_of, **options)
+            with broadcast_limit(len(HISTORY[0]) + 6):  # the snapshot's 6 rows, up to 6 versions after
+                bounded = table.read_actual(as_of_delta=as_of, **options)
+            with broadcast_limit(3):
+                joined = table.read_actual(as_of_delta=as_of, **options)
+            assert actual(bounded) == actual(unbounded) == actual(joined), (as_of, name)
+            if as_of > 1:
+                assert "Join" not in plan_of(bounded) and "Exchange" not in plan_of(bounded), (as_of, name)
+                assert "LeftAnti" in plan_of(joined), (as_of, name)
+    assert [r[0] for r in actual(table.read_actual(where_in={"kind": ["b"]}))] == [4, 6, 7]
 
 
 def test_cleanup_removes_only_unreferenced_folders_older_than_the_grace_period(spark, sqlite_url, warehouse):

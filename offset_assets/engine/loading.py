@@ -33,11 +33,11 @@ from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
+from offset_assets.versioned.local_joins import matching_in_place
 from offset_assets.versioned.reads import broadcast_limit, versions_bound
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_PUSHDOWN_LIMIT = 2_000
-KEY_FOUND = "__key_found"  # a column of a lookup join, never in a result
 
 
 def is_bounded(most_rows: int | None, limit: int | None) -> bool:
@@ -133,20 +133,18 @@ def matching_keys(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdow
         return df.where(in_values(keys.columns[0], [row[0] for row in keys.rows]))
     if not in_one_partition:
         return df.join(F.broadcast(keys.frame(table)), on=on, how="left_semi")
-    # A left outer join kept where a key matched, not a semi-join: Spark's optimizer moves
-    # a one-partition `coalesce` above a semi-join, which then shuffles both sides.
-    found = keys.frame(table).withColumn(KEY_FOUND, F.lit(True)).coalesce(1).hint("shuffle_hash")
-    return df.coalesce(1).join(found, on=on, how="left").where(F.col(KEY_FOUND).isNotNull()).drop(KEY_FOUND)
+    return matching_in_place(df, keys.frame(table), on)
 
 
 def read_actual_of_keys(table: VersionedTable, keys: KeyValues, as_of_delta: int | None,
-                        pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT) -> DataFrame:
-    """Actual rows of `table` (as of `as_of_delta`) whose `keys.columns` hold one of the keys."""
+                        pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT) -> tuple[DataFrame, int | None]:
+    """Actual rows of `table` (as of `as_of_delta`) whose `keys.columns` hold one of the
+    keys, and the versions the read scans by the catalog's counts (None: unknown)."""
     if not keys.rows:
-        return table.read_actual(as_of_delta=as_of_delta).where(F.lit(False))
+        return table.read_actual(as_of_delta=as_of_delta).where(F.lit(False)), 0
     if keys.fit_in_filter(pushdown_limit):
-        return table.read_actual(as_of_delta=as_of_delta, where_in={keys.columns[0]: [r[0] for r in keys.rows]})
-    return table.read_actual(as_of_delta=as_of_delta, keys=F.broadcast(keys.frame(table)))
+        return table.read_actual_bounded(as_of_delta, where_in={keys.columns[0]: [r[0] for r in keys.rows]})
+    return table.read_actual_bounded(as_of_delta, keys=F.broadcast(keys.frame(table)))
 
 
 def latest_of_keys(table: VersionedTable, deltas: Sequence[DeltaInfo], keys: KeyValues,
@@ -218,13 +216,15 @@ class RunReads:
         driver limit (`versioned.reads.broadcast_limit`)."""
         return broadcast_limit(self.driver_keys_limit)
 
-    def for_keys(self, table: VersionedTable, keys: KeyValues | DataFrame, as_of: int | None) -> DataFrame:
-        """Actual rows of `table` (as of `as_of`) for a batch's keys."""
+    def for_keys(self, table: VersionedTable, keys: KeyValues | DataFrame, as_of: int | None,
+                 ) -> tuple[DataFrame, int | None]:
+        """Actual rows of `table` (as of `as_of`) for a batch's keys, and the versions the
+        read scans by the catalog's counts (None: unknown)."""
         with self.planned():
             if isinstance(keys, KeyValues):
                 return read_actual_of_keys(table, keys, as_of, self.pushdown_limit)
             # A batch of distributed keys: hinted by `DistributedKeys.batch`.
-            return table.read_actual(as_of_delta=as_of, keys=keys)
+            return table.read_actual_bounded(as_of, keys=keys)
 
 
 Persist = Callable[[DataFrame], DataFrame]
@@ -244,19 +244,26 @@ class InputLoader:
     reads: RunReads
 
     def frames(self, keys: KeyValues | DataFrame, persist: Persist, result: RunResult) -> dict[str, DataFrame]:
-        """Actual rows of every input for the batch's `keys`, each persisted by `persist`.
+        """Actual rows of every input for the batch's `keys`.
 
         Primary inputs are read for the batch's keys; reference inputs only for the join
         values those rows hold (filtered join), never whole. One aggregate per primary
         input counts its rows and collects those join values in the same Spark job; over
-        one partition when the frame reads only deltas the catalog bounds (no exchange)."""
+        one partition when the catalog bounds what the frame scans (no exchange).
+
+        A frame is read twice: counted here, then by the function in the output write.
+        A small one (`_kept`) is read again by the write's job rather than cached: under
+        adaptive execution a cache is filled by a Spark job of its own, which costs more
+        than reading those few versions again (committed files do not change, so both
+        reads see the same rows). Any other is persisted by `persist`."""
         t = self.t
         frames: dict[str, DataFrame] = {}
         join_values: dict[str, set[tuple]] = {}
         distributed_values: dict[str, list[DataFrame]] = {}
+        limit = self.reads.driver_keys_limit
         for inp in t.primary_inputs:
             frame, scanned = self._primary_frame(inp, keys)
-            frame = frames[inp.name] = persist(frame)
+            frame = frames[inp.name] = self._kept(frame, scanned, keys, persist)
             columns = sorted({c for ref in t.reference_inputs for c in ref.join_keys
                               if c in inp.table.data_columns})
             if isinstance(keys, DataFrame):
@@ -267,7 +274,6 @@ class InputLoader:
                     if set(ref.join_keys) <= set(columns):
                         distributed_values.setdefault(ref.name, []).append(frame.select(*ref.join_keys))
                 continue
-            limit = self.reads.driver_keys_limit
             groups = one_partition(frame, scanned, limit).groupBy(*columns).count().collect()
             result.add_rows_read(inp.name, sum(row["count"] for row in groups))
             for ref in t.reference_inputs:
@@ -290,10 +296,22 @@ class InputLoader:
             values = tuple(v for v in join_values.get(ref.name, ()) if None not in v)
             wanted = KeyValues(tuple(ref.join_keys.values()), values)
             with self.reads.planned():
-                frame = read_actual_of_keys(ref.table, wanted, as_of, self.reads.pushdown_limit)
-            frames[ref.name] = persist(frame.select(*ref.table.data_columns))
-            result.add_rows_read(ref.name, frames[ref.name].count())
+                frame, scanned = read_actual_of_keys(ref.table, wanted, as_of, self.reads.pushdown_limit)
+            frames[ref.name] = self._kept(frame.select(*ref.table.data_columns), scanned, wanted, persist)
+            result.add_rows_read(ref.name, one_partition(frames[ref.name], scanned, limit).count())
         return frames
+
+    def _kept(self, frame: DataFrame, scanned: int | None, keys: KeyValues | DataFrame,
+              persist: Persist) -> DataFrame:
+        """`frame` as the function gets it: read again by the write's job when the catalog
+        bounds its scan within the driver limit and its keys are an IN filter, else
+        persisted. A frame whose keys are joined keeps its cache: a join's size estimate
+        is the product of its sides, which would make the joins above it in the write's
+        plan shuffle, where the cache's own estimate is the rows it holds."""
+        if (isinstance(keys, KeyValues) and keys.fit_in_filter(self.reads.pushdown_limit)
+                and is_bounded(scanned, self.reads.driver_keys_limit)):
+            return frame
+        return persist(frame)
 
     def _primary_frame(self, inp: TransformInput, keys: KeyValues | DataFrame) -> tuple[DataFrame, int | None]:
         """Actual rows of a primary input for the batch's keys, and the rows its plan
@@ -304,17 +322,25 @@ class InputLoader:
         deltas = self.deltas_read.get(inp.name)
         if (not isinstance(keys, KeyValues) or not deltas
                 or set(table.primary_key) != set(self.t.transform_keys)):
-            return self.reads.for_keys(table, keys, as_of).select(*table.data_columns), None
+            return self._actual(table, keys, as_of)
         # KeyValues columns follow the transform keys; the primary key may list them in
         # another order, which `latest_of_keys` does not mind (it joins by name).
         marked = self.marked_by
         via_changes = tuple(k for k in keys.rows if inp.name in marked.get(k, ()))
         others = tuple(k for k in keys.rows if inp.name not in marked.get(k, ()))
         if not via_changes:
-            return self.reads.for_keys(table, keys, as_of).select(*table.data_columns), None
+            return self._actual(table, keys, as_of)
         latest = latest_of_keys(table, deltas, keys.subset(via_changes), self.reads.pushdown_limit,
                                 self.reads.driver_keys_limit)
         if not others:
             return latest, versions_bound(deltas)
-        rest = self.reads.for_keys(table, keys.subset(others), as_of).select(*table.data_columns)
-        return union_all([latest, rest]), None
+        rest, rest_scanned = self._actual(table, keys.subset(others), as_of)
+        latest_scanned = versions_bound(deltas)
+        scanned = None if rest_scanned is None or latest_scanned is None else rest_scanned + latest_scanned
+        return union_all([latest, rest]), scanned
+
+    def _actual(self, table: VersionedTable, keys: KeyValues | DataFrame, as_of: int,
+                ) -> tuple[DataFrame, int | None]:
+        """Data columns of `table`'s actual rows for `keys`, and the versions the read scans."""
+        frame, scanned = self.reads.for_keys(table, keys, as_of)
+        return frame.select(*table.data_columns), scanned

@@ -37,12 +37,13 @@ from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.hot_delta import SMALL_WRITE_ROWS, HotDelta
 from offset_assets.versioned.in_filter import in_values
+from offset_assets.versioned.local_joins import flag_matches, unmatched_in_place
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import is_safe_cast
 from offset_assets.versioned.writes import Refusal, Replacement
 
 # Columns the run adds to an output while writing it (never stored).
-STRAY, IN_BATCH, IN_NEW = "__outside_batch", "__in_batch", "__in_new_output"
+STRAY, IN_BATCH = "__outside_batch", "__in_batch"
 
 
 class OutputWriter:
@@ -146,11 +147,8 @@ class OutputWriter:
             return output.withColumn(
                 STRAY, column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows]))
         frame = keys.frame(self.key_table) if isinstance(keys, KeyValues) else keys
-        in_batch = frame.withColumn(IN_BATCH, F.lit(True))
-        if in_one_partition:
-            output, in_batch = output.coalesce(1), in_batch.coalesce(1).hint("shuffle_hash")
-        joined = output.join(in_batch, on=list(self.t.transform_keys), how="left")
-        return joined.withColumn(STRAY, F.col(IN_BATCH).isNull()).drop(IN_BATCH)
+        flagged = flag_matches(output, frame, self.t.transform_keys, IN_BATCH, in_place=in_one_partition)
+        return flagged.withColumn(STRAY, ~F.col(IN_BATCH)).drop(IN_BATCH)
 
     def _replacing(self, table: VersionedTable) -> bool:
         """True when `table`'s primary key holds the transform keys: a batch's keys then
@@ -201,7 +199,7 @@ class OutputWriter:
         (a row may move to another transform key, so the write looks its candidates up by
         the written keys): upserts plus tombstones of the keys' previous rows that `new`
         (persisted: read twice) no longer has, found before the write."""
-        previous = self.reads.for_keys(table, keys, None).persist(storage_level(shuffled))
+        previous = self.reads.for_keys(table, keys, None)[0].persist(storage_level(shuffled))
         try:
             pk = list(table.primary_key)
             new_keys = new.select(*pk)
@@ -213,12 +211,7 @@ class OutputWriter:
             size_hint = len(keys.rows) if isinstance(keys, KeyValues) and not shuffled else None
             small = size_hint is not None and size_hint <= SMALL_WRITE_ROWS
             if small:
-                # A left outer join kept where nothing matched, not an anti-join: Spark's
-                # optimizer moves a one-partition `coalesce` above an anti-join, which then
-                # shuffles both sides again.
-                kept = new_keys.withColumn(IN_NEW, F.lit(True)).coalesce(1).hint("merge")
-                gone = (previous.select(*pk).coalesce(1).join(kept, on=pk, how="left")
-                        .where(F.col(IN_NEW).isNull()).drop(IN_NEW))
+                gone = unmatched_in_place(previous.select(*pk), new_keys, pk, hint="merge")
             else:
                 gone = previous.select(*pk).join(new_keys.hint("merge") if shuffled else new_keys, on=pk,
                                                  how="left_anti")

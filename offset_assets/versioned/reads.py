@@ -19,10 +19,12 @@ snapshot scan with Parquet filters.
 
 Inside `broadcast_limit(rows)` (the engine builds its reads there) the anti-join that
 drops the snapshot rows replaced by later deltas is planned from the catalog, not from
-Spark's size estimate: Spark may broadcast the replaced keys only when the deltas'
-version counts bound them within `rows`; otherwise it is a shuffled sort-merge join, so
-no JVM holds them whole. Versions bounded that way are ranked (newest per key) in one
-partition, without an exchange. Outside it, Spark decides as usual.
+Spark's size estimate: when the whole read (snapshot rows and the deltas' versions) is
+bounded within `rows`, there is no join: the newest version of each key among both is
+ranked in one partition (no exchange, no broadcast); when only the deltas are, Spark may
+broadcast the replaced keys; otherwise it is a shuffled sort-merge join, so no JVM holds
+them whole. Versions bounded that way are ranked (newest per key) in one partition,
+without an exchange. Outside it, Spark decides as usual.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ def versions_bound(deltas: Sequence[DeltaInfo]) -> int | None:
             return None
         total += d.rows_upserted + d.rows_deleted
     return total
+
+
+def actual_bound(snapshot: SnapshotInfo | None, deltas_after: Sequence[DeltaInfo]) -> int | None:
+    """The versions an actual read of `snapshot` and `deltas_after` scans, from the
+    catalog's row counts (None when one is unknown)."""
+    after = versions_bound(deltas_after)
+    return None if after is None else after + (snapshot.row_count if snapshot is not None else 0)
 
 
 @dataclass(frozen=True)
@@ -168,6 +177,17 @@ class TableReader:
             limit = _BROADCAST_LIMIT.get()
             bound = versions_bound(deltas_after)
             bounded = limit is not None and bound is not None and bound <= limit
+            whole = actual_bound(snapshot, deltas_after)
+            if (base is not None and bounded and whole is not None and whole <= limit
+                    and row_filter.keys is None):
+                # The whole read within the limit (and no semi-join, which Spark would move
+                # a `coalesce` across): the newest version of each key among the snapshot's
+                # row and the deltas' versions, ranked in one partition. No join drops the
+                # replaced snapshot rows: even a broadcast of the deltas' keys is a job of
+                # its own, and a join's size estimate (the product of its sides) would make
+                # every join above it shuffle.
+                merged = self._latest(base.unionByName(versions).coalesce(1))
+                return _apply(merged.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
             if len(deltas_after) > 1:
                 # Versions the catalog bounds within the limit are ranked in one partition:
                 # the window plans no exchange (a Spark job of its own under adaptive execution).

@@ -28,7 +28,7 @@ from offset_assets.control_plane.delta_catalog.records import DeltaInfo, Snapsho
 from offset_assets.versioned.errors import TableDefinitionError, VersionedTableError
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.layout import WarehouseFiles, check_warehouse_location, new_delta_path, table_root
-from offset_assets.versioned.reads import ActualFilter, TableReader
+from offset_assets.versioned.reads import ActualFilter, TableReader, actual_bound
 from offset_assets.versioned.table_schema import evolve, validate_definition
 
 __all__ = ["VersionedTable"]
@@ -152,10 +152,21 @@ class VersionedTable:
         `keys`: only records matching a row of `keys` on the table columns it has;
         `where_in`: column -> allowed values, pushed down to the Parquet scan.
         """
+        return self.read_actual_bounded(as_of_delta, keys, where_in)[0]
+
+    def read_actual_bounded(
+        self,
+        as_of_delta: int | None = None,
+        keys: DataFrame | None = None,
+        where_in: Mapping[str, Sequence] | None = None,
+    ) -> tuple[DataFrame, int | None]:
+        """`read_actual`, and the versions its plan scans by the catalog's row counts
+        (None when one is unknown): a caller plans on that bound, never on a count."""
         if as_of_delta is not None and as_of_delta < 0:
             raise VersionedTableError(self.name, f"as_of_delta must be >= 0, got {as_of_delta}")
         snapshot, after, spanned = self.actual_sources(as_of_delta, check_committed=True)
-        return self.reader.actual(snapshot, after, spanned, ActualFilter(where_in, keys))
+        frame = self.reader.actual(snapshot, after, spanned, ActualFilter(where_in, keys))
+        return frame, actual_bound(snapshot, after)
 
     def actual_sources(self, as_of_delta: int | None, check_committed: bool = False,
                        ) -> tuple[SnapshotInfo | None, list[DeltaInfo], list[DeltaInfo]]:
