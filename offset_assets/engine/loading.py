@@ -22,7 +22,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -107,6 +106,8 @@ class KeyValues:
         relation either way."""
         if not self.typed or is_connect_session(spark):
             return spark.createDataFrame(list(self.rows), schema, verifySchema=not self.typed)
+        import pyarrow as pa  # here, not at import: a Dagster run's process that has nothing to do never loads it
+
         columns = {name: pa.array([row[i] for row in self.rows]) for i, name in enumerate(self.columns)}
         return spark.createDataFrame(pa.table(columns), schema)
 

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from itertools import pairwise
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
 import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -43,6 +42,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DATA_SOURCE_NAME = "offset_assets_sql_slices"
 PLAN_OPTION = "sliced_read"
@@ -230,6 +232,8 @@ class SlicedRead:
                    for column, process in zip(zip(*rows, strict=True), processors, strict=True)]
 
     def _record_batch(self, columns: list[Sequence[Any]], arrow_schema: pa.Schema) -> pa.RecordBatch:
+        import pyarrow as pa  # on the executors only: a driver that plans ranges never loads it
+
         arrays = [self._column_array(values, field, arrow_schema.field(i).type)
                   for i, (values, field) in enumerate(zip(columns, self.schema.fields, strict=True))]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
@@ -238,6 +242,8 @@ class SlicedRead:
         # Arrow converts the values the driver would hand over as they are (a naive
         # timestamp is taken as UTC); the rest (ints in a REAL column, floats in a
         # NUMERIC one) first become the column's Spark type.
+        import pyarrow as pa
+
         try:
             return pa.array(values, type=arrow_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
