@@ -126,9 +126,8 @@ def matching_keys(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdow
     """Rows of `df` whose `keys.columns` hold one of the (distinct) `keys`: an IN filter
     for up to `pushdown_limit` values of one column, else a join with the keys' relation.
     `in_one_partition`: `df` is read into one partition (its caller bounded it), where
-    the keys are hash-joined in place: no exchange and no broadcast, each a Spark job of
-    its own under adaptive execution (the relation of the driver's keys is a Python RDD:
-    even broadcasting it runs a job). Otherwise the keys are broadcast."""
+    the keys are hash-joined in place (`local_joins`): no exchange and no broadcast, each
+    a Spark job of its own under adaptive execution. Otherwise the keys are broadcast."""
     on = list(keys.columns)
     if keys.fit_in_filter(pushdown_limit):
         return df.where(in_values(keys.columns[0], [row[0] for row in keys.rows]))
@@ -315,8 +314,8 @@ class InputLoader:
         return persist(frame)
 
     def _primary_frame(self, inp: TransformInput, keys: KeyValues | DataFrame) -> tuple[DataFrame, int | None]:
-        """Actual rows of a primary input for the batch's keys, and the rows its plan
-        scans when the catalog bounds them (None: it reads the table). Keys that this
+        """Actual rows of a primary input for the batch's keys, and the versions its plan
+        scans by the catalog's counts (None: unknown). Keys that this
         input's changes marked are read from the deltas the run read (their newest version
         is there); others (failed, reprocessed, marked through a reference) from the table."""
         table, as_of = inp.table, self.snapshot_deltas.get(inp.name, 0)

@@ -177,9 +177,9 @@ class TableReader:
             limit = _BROADCAST_LIMIT.get()
             bound = versions_bound(deltas_after)
             bounded = limit is not None and bound is not None and bound <= limit
-            whole = actual_bound(snapshot, deltas_after)
-            if (base is not None and bounded and whole is not None and whole <= limit
-                    and row_filter.keys is None):
+            whole = actual_bound(snapshot, deltas_after)  # `bound` plus the snapshot's rows
+            if (base is not None and row_filter.keys is None and limit is not None
+                    and whole is not None and whole <= limit):
                 # The whole read within the limit (and no semi-join, which Spark would move
                 # a `coalesce` across): the newest version of each key among the snapshot's
                 # row and the deltas' versions, ranked in one partition. No join drops the
