@@ -141,7 +141,7 @@ def test_the_dagster_materialization_carries_the_runs_profile(spark, sqlite_url,
 
 
 @pytest.mark.slow
-def test_over_spark_connect_the_profile_has_the_drivers_times_and_says_jobs_are_not_counted(
+def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_asks_two_plan_analyses(
         connect_server, tmp_path):
     (tmp_path / "warehouse").mkdir()
     child = subprocess.run(
@@ -166,3 +166,10 @@ def test_over_spark_connect_the_profile_has_the_drivers_times_and_says_jobs_are_
     assert "| output_write |" in run["metadata"]["profile"]
     assert "Spark jobs not counted: Spark Connect" in run["metadata"]["profile"]
     assert "Spark job" not in run["summary"]
+    # A small change's run asks the server to analyse two plans: the function's output,
+    # whose columns are checked against the declared ones, and the output write's check
+    # that it is not a stream (`Observation`). Every other column the engine builds on is
+    # one it named itself, so no other plan needs the server's analysis (10 before).
+    small = run["small_change"]
+    assert small["processed_keys"] == 3
+    assert small["analysed"] == {"schema": 1, "is_streaming": 1}

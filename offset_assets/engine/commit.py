@@ -30,7 +30,7 @@ from offset_assets.control_plane.leases import assert_lease_held
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
-from offset_assets.engine.meta import MetaPending, meta_frame
+from offset_assets.engine.meta import MetaPending, meta_frame, meta_frame_typed
 from offset_assets.engine.state import RunState
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.hot_delta import HotDelta
@@ -115,7 +115,7 @@ def commit_batches(plane: ControlPlane, plan: CommitPlan, hots: Sequence[HotDelt
             frame, rows, failed = meta_frame(meta, pending, process_ts)
             if rows:
                 meta_hot = meta.open_delta(holder=holder, run_id=run_id)
-                meta_hot.write_new_versions(frame, rows)
+                meta_hot.write_new_versions(frame, rows, typed=meta_frame_typed(pending))
                 plan.failed_meta_keys = failed
         written = [hot for hot in hots if hot.rows_upserted or hot.rows_deleted or hot.rows_unchanged]
         for hot in hots:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StringType
+from pyspark.sql.types import ByteType, DataType, IntegerType, LongType, ShortType, StringType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.candidates import INPUT_COL, TS_COL
@@ -36,6 +36,7 @@ from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues
 from offset_assets.engine.state import RunState
 from offset_assets.engine.transformation import Transformation
+from offset_assets.spark import is_connect_session
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.table import VersionedTable
 
@@ -112,19 +113,31 @@ def _sort_key(first_ts: float | None, key: Key) -> tuple:
     return (first_ts is not None, first_ts or 0.0, key)
 
 
-def collect_index(index_rows: DataFrame, columns: Sequence[str]) -> list[tuple]:
+def collect_index(index_rows: DataFrame, columns: Sequence[str], key_types: Mapping[str, DataType]) -> list[tuple]:
     """The index rows as tuples (keys..., update_ts, input name), in one Spark job.
 
     Keys of strings and integers come back as Arrow columns, without a Python Row object
     per row (the copy benchmark's 20,000 changed keys at 1M rows: its changed-index phase
     went from about 0.34 s to 0.28 s); keys of other types (dates, timestamps, decimals)
-    as Rows, the values the rest of the engine holds."""
+    as Rows, the values the rest of the engine holds. The choice follows `key_types`
+    (the meta table's, which the driver holds) rather than the frame's schema, which a
+    Spark Connect client would ask the server for; the Arrow result's own types confirm
+    it, and a key that arrives as another type is collected again as Rows. A Spark
+    Connect client always collects Rows: its rows arrive as Arrow batches either way,
+    and its `toArrow` asks the server for the schema first (a round trip more)."""
     frame = index_rows.select(*[F.col(f"`{c}`") for c in columns], TS_COL, INPUT_COL)
-    types = {f.name: f.dataType for f in frame.schema.fields}
-    if not all(isinstance(types[c], _ARROW_EXACT_KEYS) for c in columns):
-        return [tuple(row) for row in frame.collect()]
-    table = frame.toArrow()
-    return list(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True))
+    arrow = not is_connect_session(frame.sparkSession)
+    if arrow and all(isinstance(key_types[c], _ARROW_EXACT_KEYS) for c in columns):
+        table = frame.toArrow()
+        if all(_arrow_exact(table.schema.field(i).type) for i in range(len(columns))):
+            return list(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True))
+    return [tuple(row) for row in frame.collect()]
+
+
+def _arrow_exact(arrow_type: Any) -> bool:
+    import pyarrow as pa  # the driver has it whenever an Arrow collect ran
+
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_integer(arrow_type)
 
 
 def local_from_rows(columns: Sequence[str], rows: Sequence[tuple], batch_size: int | None) -> LocalKeys:
@@ -210,6 +223,7 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
     columns = list(t.transform_keys)
     if explicit is not None:
         return SelectedKeys(explicit_keys(t, explicit, limit))
+    key_types = {c: meta.schema[c].dataType for c in columns}
     request = state.request
     by_input = state.by_input
     deltas_read = by_input if request.use_offsets else {}
@@ -218,7 +232,8 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
         return SelectedKeys(local_from_keys(columns, [], t.batch_size), deltas_read)
     if index.most_rows is not None and index.most_rows <= limit:
         # The catalog bounds the index within the limit: collect it, one job.
-        return SelectedKeys(local_from_rows(columns, collect_index(index.rows, columns), t.batch_size), deltas_read)
+        collected = collect_index(index.rows, columns, key_types)
+        return SelectedKeys(local_from_rows(columns, collected, t.batch_size), deltas_read)
     # Bounded above the limit: the index may not fit in memory, so it is cached on disk.
     rows = index.rows.persist(storage_level(index.most_rows is not None))
     try:
@@ -228,7 +243,8 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
         # limit (a first run, a reprocess of a large table): no count, the keys stay
         # distributed and the run streams through their batches.
         if index.most_rows is None and rows.count() <= limit:
-            return SelectedKeys(local_from_rows(columns, collect_index(rows, columns), t.batch_size), deltas_read)
+            collected = collect_index(rows, columns, key_types)
+            return SelectedKeys(local_from_rows(columns, collected, t.batch_size), deltas_read)
         return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size,
                                                   with_min_ts=t.commit_mode == "batch", broadcast_limit=limit))
     finally:

@@ -63,11 +63,12 @@ def meta_table(spark: SparkSession, plane: ControlPlane, transformation: Transfo
     )
 
 
-def meta_rows(keys: DataFrame, process_ts: float, error: str | None) -> DataFrame:
-    """Meta versions for `keys`: success when `error` is None, else failed with its text."""
+def meta_rows(keys: DataFrame, columns: Sequence[str], process_ts: float, error: str | None) -> DataFrame:
+    """Meta versions for `keys` (of the transform-key `columns`): success when `error` is
+    None, else failed with its text."""
     text = None if error is None else error[:ERROR_TEXT_LIMIT]
     return keys.select(
-        *keys.columns,
+        *[F.col(f"`{c}`") for c in columns],
         F.lit(process_ts).cast(DoubleType()).alias("process_ts"),
         F.lit(error is None).alias("is_success"),
         F.lit(text).cast(StringType()).alias("error"),
@@ -85,6 +86,14 @@ def meta_frame(meta: VersionedTable, pending: MetaPending, process_ts: float) ->
                 for keys, _, error in pending for key in keys.rows]
         typed = all(batch.keys.typed for batch in pending)
         return meta.spark.createDataFrame(rows, meta.schema, verifySchema=not typed), total, failed
-    frames = [meta_rows(keys if isinstance(keys, DataFrame) else keys.frame(meta), process_ts, error)
+    frames = [meta_rows(keys if isinstance(keys, DataFrame) else keys.frame(meta), meta.primary_key,
+                        process_ts, error)
               for keys, _, error in pending]
     return union_all(frames), total, failed
+
+
+def meta_frame_typed(pending: MetaPending) -> bool:
+    """True when `meta_frame` builds the rows in the meta table's own types: every batch's
+    keys are held by the driver, whose relations are typed like the meta table. Keys of
+    a distributed batch have their input's types, which the meta write still checks."""
+    return all(isinstance(batch.keys, KeyValues) for batch in pending)

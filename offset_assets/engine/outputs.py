@@ -190,7 +190,7 @@ class OutputWriter:
 
         rows = self._flag_stray_rows(new, keys, in_one_partition=small).withColumn("sys_op", F.lit(0))
         return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint,
-                         replacing=Replacement(select))
+                         replacing=Replacement(select), typed=True)
 
     def _write_with_previous_rows(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
                                   keys: KeyValues | DataFrame, shuffled: bool, refusal: Refusal,
@@ -222,7 +222,7 @@ class OutputWriter:
                 F.lit(False).alias(STRAY),
             )
             rows = self._flag_stray_rows(new, keys).withColumn("sys_op", F.lit(0)).unionByName(deletes)
-            return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint)
+            return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint, typed=True)
         finally:
             previous.unpersist()
 

@@ -47,7 +47,15 @@ from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, DecimalType, IntegralType, StringType, StructType, TimestampType
+from pyspark.sql.types import (
+    DateType,
+    DecimalType,
+    IntegerType,
+    IntegralType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
@@ -66,7 +74,7 @@ from offset_assets.versioned.errors import (
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
 from offset_assets.versioned.reads import TableReader, versions_bound
-from offset_assets.versioned.table_schema import conform
+from offset_assets.versioned.table_schema import column_types, conform
 from offset_assets.versioned.writes import Refusal, Replacement, WriteStats
 
 __all__ = ["HotDelta", "HotTable"]
@@ -143,7 +151,7 @@ class HotDelta:
 
     def write(self, df: DataFrame, refusal: Refusal | None = None, last: bool = False, large: bool = False,
               rows: int | None = None, key_range: tuple[Any, Any] | None = None,
-              replacing: Replacement | None = None) -> WriteStats:
+              replacing: Replacement | None = None, typed: bool = False) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `refusal`: rows the caller refuses (flagged in a column of `df`); one refuses the
@@ -160,13 +168,17 @@ class HotDelta:
         without a Spark job, and a row outside refuses the write.
         `replacing`: the keys whose actual rows `df` replaces (`writes.Replacement`): their
         committed versions are the candidates (read once, without a lookup by the written
-        keys), and each of them that has an actual row and none in `df` is deleted."""
+        keys), and each of them that has an actual row and none in `df` is deleted.
+        `typed`: the caller built `df` of exactly the table's data columns in their types,
+        an integer `sys_op` and the refusal's column (a transformation's output, which the
+        engine typed): its schema is not asked of Spark again."""
         self._check_writable("write to")
         if replacing is not None and key_range is not None:
             raise VersionedTableError(self.table.name, "a replacing write takes no key range: its keys are given")
         table = self.table
         keep = [refusal.column] if refusal else []
-        incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep)
+        given = {**column_types(table.schema), SYS_OP: IntegerType()} if typed else None
+        incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep, given=given)
         if rows is None:
             stats = self._write(incoming, refusal, keep_unchanged=not last, large=large, replacing=replacing)
         else:
@@ -175,13 +187,15 @@ class HotDelta:
         self._last_written = last
         return stats
 
-    def write_new_versions(self, df: DataFrame, rows: int) -> WriteStats:
+    def write_new_versions(self, df: DataFrame, rows: int, typed: bool = False) -> WriteStats:
         """Append `rows` upserts that the caller knows are new states of distinct keys not
         written earlier into this delta (a transformation's meta: every processed key gets
-        a new process_ts), skipping the classification and its read of the actual state."""
+        a new process_ts), skipping the classification and its read of the actual state.
+        `typed`: the caller built `df` of exactly the table's data columns in their types."""
         self._check_writable("write to")
         table = self.table
-        incoming = conform(table.name, df, table.schema, table.primary_key)
+        incoming = conform(table.name, df, table.schema, table.primary_key,
+                           given=column_types(table.schema) if typed else None)
         versions = incoming.select(*[F.col(f"`{c}`") for c in table.data_columns],
                                    F.lit(0).alias(SYS_OP), F.lit(self.delta_num).cast("long").alias("sys_from"))
         number = self._writes + 1
@@ -248,7 +262,7 @@ class HotDelta:
                 counts = {kind: int(row[kind] or 0) for kind in writes.KINDS}
                 self._refuse_bad_rows(classified, counts, refusal)
                 stats = _stats(counts)
-                self._store(classified, stats, keep_unchanged)
+                self._store(classified, stats, keep_unchanged, committed=candidates is not None)
             finally:
                 classified.unpersist()
         finally:
@@ -294,7 +308,8 @@ class HotDelta:
             observed = classified.observe(observation, *writes.counts_of(classified),
                                           *(extent if key_range is not None else []))
             try:
-                _write_sorted(writes.versions_of(observed, table.schema, table.primary_key, self.delta_num),
+                _write_sorted(writes.versions_of(observed, table.schema, table.primary_key, self.delta_num,
+                                                 committed=candidates is not None),
                               versions_at, table.primary_key)
                 seen = observation.get
                 counts = {kind: int(seen.get(kind) or 0) for kind in writes.KINDS}
@@ -450,7 +465,7 @@ class HotDelta:
                 keys,
             )
 
-    def _store(self, classified: DataFrame, stats: WriteStats, keep_unchanged: bool) -> None:
+    def _store(self, classified: DataFrame, stats: WriteStats, keep_unchanged: bool, committed: bool) -> None:
         table = self.table
         number = self._writes + 1
         versions_at, unchanged_at = (
@@ -460,7 +475,8 @@ class HotDelta:
         versions = stats.rows_upserted + stats.rows_deleted
         try:
             if versions:
-                frame = writes.versions_of(classified, table.schema, table.primary_key, self.delta_num)
+                frame = writes.versions_of(classified, table.schema, table.primary_key, self.delta_num,
+                                           committed=committed)
                 _write_parquet(frame, versions_at, versions, table.primary_key)
             if stats.rows_unchanged and keep_unchanged:
                 frame = writes.unchanged_of(classified, table.schema)

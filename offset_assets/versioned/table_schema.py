@@ -9,7 +9,7 @@ old files could no longer be read as the new definition claims.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -146,6 +146,11 @@ def is_safe_cast(source: DataType, target: DataType) -> bool:
     return False
 
 
+def column_types(schema: StructType) -> dict[str, DataType]:
+    """Column name -> type."""
+    return {f.name: f.dataType for f in schema.fields}
+
+
 def conform(
     table: str,
     df: DataFrame,
@@ -153,14 +158,18 @@ def conform(
     primary_key: Sequence[str],
     columns_allowed_missing: Sequence[str] = (),
     keep: Sequence[str] = (),
+    given: Mapping[str, DataType] | None = None,
 ) -> DataFrame:
     """`df` as the table's data columns (cast to their types) plus `sys_op` (0 when absent),
     and the caller's own `keep` columns as they are.
 
     Refuses a missing primary-key or data column, an extra column, or a type that does
-    not convert without loss; the error names the table and the columns.
+    not convert without loss; the error names the table and the columns. `given`: the
+    types of `df`'s columns (other than `keep`) when the caller built them, so that they
+    are not asked of `df` (a Spark Connect client asks the server to analyse its plan).
     """
-    given = {f.name: f.dataType for f in df.schema.fields}
+    if given is None:
+        given = column_types(df.schema)
     missing_keys = [c for c in primary_key if c not in given]
     if missing_keys:
         raise SchemaMismatchError(table, f"missing primary-key column(s) {missing_keys}")

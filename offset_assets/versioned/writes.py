@@ -164,7 +164,10 @@ def classify(
         F.max(_BAD_NULL).alias(_BAD_NULL),
         *([F.max(_REFUSED).alias(_REFUSED)] if refused else []),
     ]
-    aggregates += [F.max(c).alias(c) for c in (PRIOR, ACTUAL) if c in union.columns]
+    # The columns each step adds are named here, not asked of the frames: a Spark
+    # Connect client would ask the server to analyse the plan for each.
+    looked_up = [name for name, part in ((PRIOR, prior), (ACTUAL, candidates)) if part is not None]
+    aggregates += [F.max(c).alias(c) for c in looked_up]
     grouped = union.groupBy(*keys).agg(*aggregates)
     first, last = F.col(_FIRST), F.col(_LAST)
     if replacing and candidates is not None:
@@ -177,7 +180,7 @@ def classify(
         *[first[c].alias(c) for c in state_columns],
         first.alias(_FIRST),
         last.alias(_LAST),
-        *[c for c in grouped.columns if c not in primary_key and c not in (_FIRST, _LAST)],
+        BAD_OP_VALUE, _BAD_NULL, *([_REFUSED] if refused else []), *looked_up,
     )
 
     null_key = _any([F.col(f"`{c}`").isNull() for c in primary_key])
@@ -197,7 +200,7 @@ def classify(
         kind = kind.when((op == OP_UPSERT) & exists & same, UNCHANGED)
         kind = kind.when((op == OP_DELETE) & exists, DELETE)
     kind = kind.when(op == OP_DELETE, UNCHANGED).otherwise(UPSERT)
-    kept = [c for c in states.columns if c not in (_FIRST, _LAST, _BAD_NULL, _REFUSED, PRIOR)]
+    kept = [*primary_key, *state_columns, BAD_OP_VALUE, *([ACTUAL] if candidates is not None else [])]
     return states.select(*[F.col(f"`{c}`") for c in kept], kind.alias(KIND))
 
 
@@ -207,11 +210,13 @@ def counts_of(classified: DataFrame) -> list[Column]:
     return [F.sum(F.when(F.col(KIND) == kind, 1).otherwise(0)).alias(kind) for kind in KINDS]
 
 
-def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int) -> DataFrame:
-    """The versions to store: upserts as written, tombstones with the deleted version's data."""
+def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int,
+                committed: bool) -> DataFrame:
+    """The versions to store: upserts as written, tombstones with the deleted version's data
+    (`committed`: `classified` was classified with candidates, so it has their `__actual`)."""
 
     def value(name: str) -> Column:
-        if name in primary_key or ACTUAL not in classified.columns:
+        if name in primary_key or not committed:
             return F.col(f"`{name}`")
         deleted = F.col(ACTUAL)[name]
         return F.when(F.col(KIND) == DELETE, deleted).otherwise(F.col(f"`{name}`")).alias(name)
