@@ -1,7 +1,7 @@
-"""One engine run over Spark Connect, its profile printed as JSON, then a small change and
-the plans its run asked the server to analyse: run in a child process by
-`tests/test_run_profile.py` (a Connect client switches its process's functions to
-Connect, and the test process holds a classic session).
+"""One engine run over Spark Connect, its profile printed as JSON, then the plans that a
+small change's run and an ingestion range ask the server to analyse: run in a child
+process by `tests/test_run_profile.py` (a Connect client switches its process's
+functions to Connect, and the test process holds a classic session).
 
 Usage: python -m tests.connect_profile CONNECT_URL DB_URL WAREHOUSE
 """
@@ -9,16 +9,63 @@ Usage: python -m tests.connect_profile CONNECT_URL DB_URL WAREHOUSE
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.posts_world import make_world
 from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter.run_report import run_metadata
 from offset_assets.engine import IncrementalEngine
+from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
+from offset_assets.ranges.planners import AutoIncrementIdPlanner
+from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.spark import get_spark_session
 from tests.remote_story import seed
+
+
+@contextmanager
+def analyses_counted(spark: SparkSession) -> Iterator[Counter[str]]:
+    """The client's requests to analyse a plan (each a round trip), counted by kind."""
+    analysed: Counter[str] = Counter()
+    analyse = spark.client._analyze
+
+    def counted(method: str, **kwargs: Any) -> Any:
+        analysed[method] += 1
+        return analyse(method, **kwargs)
+
+    spark.client._analyze = counted
+    try:
+        yield analysed
+    finally:
+        spark.client._analyze = analyse
+
+
+def ingestion_analyses(spark: SparkSession, db_url: str, warehouse: str) -> dict[str, int]:
+    """The analyses of a 40-row id range of a SQL table, after a first range."""
+    source = Path(warehouse).parent / "source.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE posts (id INTEGER PRIMARY KEY AUTOINCREMENT, user_id INTEGER, text TEXT)")
+    schema = StructType([StructField("id", LongType(), False), StructField("user_id", LongType()),
+                         StructField("text", StringType())])
+    job = IngestionJob("raw_posts_load", SqlTableSource(f"sqlite:///{source}", "posts", id_column="id"),
+                       AutoIncrementIdPlanner(), TargetTable("raw_posts", ["id"], schema))
+    ingestion = RangeIngestion(spark, connect(db_url), job, warehouse)
+    for first in (0, 40):
+        with sqlite3.connect(source) as conn:
+            conn.executemany("INSERT INTO posts (user_id, text) VALUES (?, ?)",
+                             [(k % 7, f"t{k}") for k in range(first, first + 40)])
+        with analyses_counted(spark) as analysed:
+            (done,) = ingestion.run_pending()
+    assert done.rows_read == 40, done
+    return dict(analysed)
 
 
 def main(url: str, db_url: str, warehouse: str) -> None:
@@ -28,20 +75,11 @@ def main(url: str, db_url: str, warehouse: str) -> None:
     engine = IncrementalEngine(spark, world.posts.plane)
     result = engine.run_full(world.enriched_transformation())
     metadata = run_metadata(result, [world.enriched.name])
-    # A small change (one post edited, one profile renamed: 3 keys), its run's requests to
-    # analyse a plan counted by kind (each a round trip to the server).
+    # A small change: one post edited, one profile renamed (3 keys).
     world.write_posts([(11, 1, "b2")])
     world.write_profiles([(3, "cyrus")])
-    analysed: Counter[str] = Counter()
-    analyse = spark.client._analyze
-
-    def counted(method: str, **kwargs: Any) -> Any:
-        analysed[method] += 1
-        return analyse(method, **kwargs)
-
-    spark.client._analyze = counted
-    small = engine.run_full(world.enriched_transformation())
-    spark.client._analyze = analyse
+    with analyses_counted(spark) as analysed:
+        small = engine.run_full(world.enriched_transformation())
     print(json.dumps({
         "processed_keys": result.processed_keys,
         "duration_s": result.duration_s,
@@ -50,6 +88,7 @@ def main(url: str, db_url: str, warehouse: str) -> None:
         "metadata": {name: metadata[name].value for name in metadata if name.startswith("profile")},
         "summary": result.summary(),
         "small_change": {"processed_keys": small.processed_keys, "analysed": dict(analysed)},
+        "ingestion_range_analysed": ingestion_analyses(spark, db_url, warehouse),
     }))
 
 

@@ -141,7 +141,7 @@ def test_the_dagster_materialization_carries_the_runs_profile(spark, sqlite_url,
 
 
 @pytest.mark.slow
-def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_asks_two_plan_analyses(
+def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or_range_asks_two_analyses(
         connect_server, tmp_path):
     (tmp_path / "warehouse").mkdir()
     child = subprocess.run(
@@ -173,3 +173,6 @@ def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_as
     small = run["small_change"]
     assert small["processed_keys"] == 3
     assert small["analysed"] == {"schema": 1, "is_streaming": 1}
+    # An ingestion range of a SQL table asks for two too: the source's schema (once, for
+    # the target's columns and types) and the write's stream check (7 before 3ce79d6).
+    assert run["ingestion_range_analysed"] == {"schema": 1, "is_streaming": 1}

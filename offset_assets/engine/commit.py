@@ -35,6 +35,7 @@ from offset_assets.engine.state import RunState
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
+from offset_assets.versioned.table_schema import column_types
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,8 @@ def commit_batches(plane: ControlPlane, plan: CommitPlan, hots: Sequence[HotDelt
             frame, rows, failed = meta_frame(meta, pending, process_ts)
             if rows:
                 meta_hot = meta.open_delta(holder=holder, run_id=run_id)
-                meta_hot.write_new_versions(frame, rows, typed=meta_frame_typed(pending))
+                typed = column_types(meta.schema) if meta_frame_typed(pending) else None
+                meta_hot.write_new_versions(frame, rows, column_types=typed)
                 plan.failed_meta_keys = failed
         written = [hot for hot in hots if hot.rows_upserted or hot.rows_deleted or hot.rows_unchanged]
         for hot in hots:

@@ -27,7 +27,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, IntegerType, StructType
 
 from offset_assets.engine.commit import rollback_quietly
 from offset_assets.engine.errors import TransformationOutputError
@@ -39,7 +39,7 @@ from offset_assets.versioned.hot_delta import SMALL_WRITE_ROWS, HotDelta
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.local_joins import flag_matches, unmatched_in_place
 from offset_assets.versioned.table import VersionedTable
-from offset_assets.versioned.table_schema import is_safe_cast
+from offset_assets.versioned.table_schema import column_types, is_safe_cast
 from offset_assets.versioned.writes import Refusal, Replacement
 
 # Columns the run adds to an output while writing it (never stored).
@@ -190,7 +190,7 @@ class OutputWriter:
 
         rows = self._flag_stray_rows(new, keys, in_one_partition=small).withColumn("sys_op", F.lit(0))
         return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint,
-                         replacing=Replacement(select), typed=True)
+                         replacing=Replacement(select), column_types=written_types(table))
 
     def _write_with_previous_rows(self, hot: HotDelta, table: VersionedTable, new: DataFrame,
                                   keys: KeyValues | DataFrame, shuffled: bool, refusal: Refusal,
@@ -222,9 +222,16 @@ class OutputWriter:
                 F.lit(False).alias(STRAY),
             )
             rows = self._flag_stray_rows(new, keys).withColumn("sys_op", F.lit(0)).unionByName(deletes)
-            return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint, typed=True)
+            return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint,
+                             column_types=written_types(table))
         finally:
             previous.unpersist()
+
+
+def written_types(table: VersionedTable) -> dict[str, DataType]:
+    """The column types of the rows an output write is given: the declared columns
+    (`declared_columns` typed them) and the `sys_op` literal (an integer)."""
+    return {**column_types(table.schema), "sys_op": IntegerType()}
 
 
 def declared_columns(tid: str, table: str, schema: StructType, df: DataFrame) -> DataFrame:

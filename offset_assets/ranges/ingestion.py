@@ -29,7 +29,7 @@ from typing import Any
 
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DataType, StructType
 from sqlalchemy import Connection
 
 from offset_assets.control_plane.database import ControlPlane
@@ -54,7 +54,7 @@ from offset_assets.ranges.sources import RangeSource, SourceBatch
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
-from offset_assets.versioned.table_schema import validate_table_name
+from offset_assets.versioned.table_schema import column_types, validate_table_name
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class RangeIngestion:
                 steps.start("read")
                 with profiler.phase("source_read"):
                     batch = self.job.source.read_range(self.spark, data_range)
-                    rows = self._shape(batch)
+                    rows, types = self._shape(batch)
                     rows_read = batch.row_count if batch.row_count is not None else rows.count()
                 steps.finish(source_count=rows_read)
 
@@ -241,7 +241,8 @@ class RangeIngestion:
                     # transform, an id range of the primary key's first column bounds its lookups.
                     shaped = self.job.transform is not None
                     stats = hot.write(rows, last=True, rows=rows_read,
-                                      key_range=None if shaped else _key_range(batch, self.job.target))
+                                      key_range=None if shaped else _key_range(batch, self.job.target),
+                                      column_types=types)
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,
@@ -301,15 +302,20 @@ class RangeIngestion:
                           **_backlog_args(planned)},
         )
 
-    def _shape(self, batch: SourceBatch) -> DataFrame:
+    def _shape(self, batch: SourceBatch) -> tuple[DataFrame, dict[str, DataType] | None]:
+        """The range's rows as the target's columns, and their types when known (None after
+        a transform): the source's schema is asked once, since over Spark Connect every
+        ask is a round trip in which the server analyses the plan, the source's read
+        included."""
         target = self.job.target
         df = batch.df
-        if not df.columns:  # an empty source without a schema (no file landed)
-            return self.spark.createDataFrame([], target.schema)
+        given = column_types(df.schema)
+        if not given:  # an empty source without a schema (no file landed)
+            return self.spark.createDataFrame([], target.schema), column_types(target.schema)
         if self.job.transform is not None:
-            return self.job.transform(df)
-        wanted = [*target.schema.fieldNames(), SYS_OP]
-        return df.select(*[f"`{c}`" for c in wanted if c in df.columns])
+            return self.job.transform(df), None
+        wanted = [c for c in [*target.schema.fieldNames(), SYS_OP] if c in given]
+        return df.select(*[f"`{c}`" for c in wanted]), {c: given[c] for c in wanted}
 
     @staticmethod
     def _discard(hot: HotDelta | None) -> None:

@@ -42,15 +42,15 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    DataType,
     DateType,
     DecimalType,
-    IntegerType,
     IntegralType,
     StringType,
     StructType,
@@ -74,7 +74,7 @@ from offset_assets.versioned.errors import (
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
 from offset_assets.versioned.reads import TableReader, versions_bound
-from offset_assets.versioned.table_schema import column_types, conform
+from offset_assets.versioned.table_schema import conform
 from offset_assets.versioned.writes import Refusal, Replacement, WriteStats
 
 __all__ = ["HotDelta", "HotTable"]
@@ -151,7 +151,8 @@ class HotDelta:
 
     def write(self, df: DataFrame, refusal: Refusal | None = None, last: bool = False, large: bool = False,
               rows: int | None = None, key_range: tuple[Any, Any] | None = None,
-              replacing: Replacement | None = None, typed: bool = False) -> WriteStats:
+              replacing: Replacement | None = None,
+              column_types: Mapping[str, DataType] | None = None) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `refusal`: rows the caller refuses (flagged in a column of `df`); one refuses the
@@ -169,16 +170,16 @@ class HotDelta:
         `replacing`: the keys whose actual rows `df` replaces (`writes.Replacement`): their
         committed versions are the candidates (read once, without a lookup by the written
         keys), and each of them that has an actual row and none in `df` is deleted.
-        `typed`: the caller built `df` of exactly the table's data columns in their types,
-        an integer `sys_op` and the refusal's column (a transformation's output, which the
-        engine typed): its schema is not asked of Spark again."""
+        `column_types`: the types of `df`'s columns other than the refusal's, when the
+        caller knows them (it built `df`, or asked its schema already): they are checked as
+        given, not asked of Spark (a Spark Connect client asks the server to analyse the
+        plan)."""
         self._check_writable("write to")
         if replacing is not None and key_range is not None:
             raise VersionedTableError(self.table.name, "a replacing write takes no key range: its keys are given")
         table = self.table
         keep = [refusal.column] if refusal else []
-        given = {**column_types(table.schema), SYS_OP: IntegerType()} if typed else None
-        incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep, given=given)
+        incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep, given=column_types)
         if rows is None:
             stats = self._write(incoming, refusal, keep_unchanged=not last, large=large, replacing=replacing)
         else:
@@ -187,15 +188,15 @@ class HotDelta:
         self._last_written = last
         return stats
 
-    def write_new_versions(self, df: DataFrame, rows: int, typed: bool = False) -> WriteStats:
+    def write_new_versions(self, df: DataFrame, rows: int,
+                           column_types: Mapping[str, DataType] | None = None) -> WriteStats:
         """Append `rows` upserts that the caller knows are new states of distinct keys not
         written earlier into this delta (a transformation's meta: every processed key gets
         a new process_ts), skipping the classification and its read of the actual state.
-        `typed`: the caller built `df` of exactly the table's data columns in their types."""
+        `column_types`: as `write`'s."""
         self._check_writable("write to")
         table = self.table
-        incoming = conform(table.name, df, table.schema, table.primary_key,
-                           given=column_types(table.schema) if typed else None)
+        incoming = conform(table.name, df, table.schema, table.primary_key, given=column_types)
         versions = incoming.select(*[F.col(f"`{c}`") for c in table.data_columns],
                                    F.lit(0).alias(SYS_OP), F.lit(self.delta_num).cast("long").alias("sys_from"))
         number = self._writes + 1
