@@ -159,7 +159,16 @@ def phases(instance: dg.DagsterInstance, record: dg.RunRecord) -> dict:
                 materialization.metadata["profile"].value)
     return {"launch_to_start_s": round((record.start_time or created) - created, 1),
             "steps_s": round(max(steps) - min(steps), 1) if steps else None,
-            "engine_s": engine, "engine_profile": profiles}
+            "engine_s": engine, "engine_profile": profiles, "timeline": timeline(instance, record)}
+
+
+def timeline(instance: dg.DagsterInstance, record: dg.RunRecord) -> list[list]:
+    """Every entry of the run's event log: seconds since the launch, and its event type
+    (or the start of a log message): where the time outside the engine goes."""
+    created = record.create_timestamp.timestamp()
+    return [[round(entry.timestamp - created, 2),
+             entry.dagster_event.event_type_value if entry.dagster_event else entry.user_message[:80]]
+            for entry in instance.all_logs(record.dagster_run.run_id)]
 
 
 def profile_table(markdown: str) -> dict[str, dict[str, float | None]]:
