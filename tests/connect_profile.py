@@ -1,5 +1,6 @@
 """One engine run over Spark Connect, its profile printed as JSON, then the plans that a
-small change's run and an ingestion range ask the server to analyse: run in a child
+small change's run and an ingestion range ask the server to analyse, and a write refused
+by the counts it observes: run in a child
 process by `tests/test_run_profile.py` (a Connect client switches its process's
 functions to Connect, and the test process holds a classic session).
 
@@ -20,7 +21,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from bench.posts_world import make_world
+from bench.posts_world import POSTS, World, make_world
 from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter.run_report import run_metadata
 from offset_assets.engine import IncrementalEngine
@@ -28,7 +29,8 @@ from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetT
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.spark import get_spark_session
-from tests.remote_story import seed
+from offset_assets.versioned.errors import ConflictingStatesError
+from tests.remote_story import seed, sorted_rows
 
 
 @contextmanager
@@ -68,6 +70,21 @@ def ingestion_analyses(spark: SparkSession, db_url: str, warehouse: str) -> dict
     return dict(analysed)
 
 
+def refused_conflict(spark: SparkSession, world: World) -> dict[str, Any]:
+    """A one-pass write (its row count given) of two states of post 11: its counts come
+    back in the write's reply, and they refuse it; nothing of it is kept."""
+    before = sorted_rows(world.posts.read_actual())
+    hot = world.posts.open_delta(holder="connect-profile")
+    try:
+        hot.write(spark.createDataFrame([(11, 1, "x"), (11, 1, "y")], POSTS), rows=2, last=True)
+        error = None
+    except ConflictingStatesError as refused:
+        error = {"keys": refused.keys, "message": str(refused)}
+    finally:
+        hot.rollback()
+    return {"error": error, "unchanged": sorted_rows(world.posts.read_actual()) == before}
+
+
 def main(url: str, db_url: str, warehouse: str) -> None:
     spark = get_spark_session(remote=url)
     world = make_world(spark, connect(db_url), warehouse)
@@ -89,6 +106,7 @@ def main(url: str, db_url: str, warehouse: str) -> None:
         "summary": result.summary(),
         "small_change": {"processed_keys": small.processed_keys, "analysed": dict(analysed)},
         "ingestion_range_analysed": ingestion_analyses(spark, db_url, warehouse),
+        "refused_conflict": refused_conflict(spark, world),
     }))
 
 

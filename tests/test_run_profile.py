@@ -141,7 +141,7 @@ def test_the_dagster_materialization_carries_the_runs_profile(spark, sqlite_url,
 
 
 @pytest.mark.slow
-def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or_range_asks_two_analyses(
+def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or_range_asks_one_analysis(
         connect_server, tmp_path):
     (tmp_path / "warehouse").mkdir()
     child = subprocess.run(
@@ -166,13 +166,18 @@ def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or
     assert "| output_write |" in run["metadata"]["profile"]
     assert "Spark jobs not counted: Spark Connect" in run["metadata"]["profile"]
     assert "Spark job" not in run["summary"]
-    # A small change's run asks the server to analyse two plans: the function's output,
-    # whose columns are checked against the declared ones, and the output write's check
-    # that it is not a stream (`Observation`). Every other column the engine builds on is
-    # one it named itself, so no other plan needs the server's analysis (10 before).
+    # A small change's run asks the server to analyse one plan: the function's output,
+    # whose columns are checked against the declared ones. Every other column the engine
+    # builds on is one it named itself, and the output write reads its observed counts
+    # from the write's reply, not through `Observation` (which asks whether the plan is a
+    # stream): 10 analyses before 3ce79d6, 2 until this change.
     small = run["small_change"]
     assert small["processed_keys"] == 3
-    assert small["analysed"] == {"schema": 1, "is_streaming": 1}
-    # An ingestion range of a SQL table asks for two too: the source's schema (once, for
-    # the target's columns and types) and the write's stream check (7 before 3ce79d6).
-    assert run["ingestion_range_analysed"] == {"schema": 1, "is_streaming": 1}
+    assert small["analysed"] == {"schema": 1}
+    # An ingestion range of a SQL table asks for one too: the source's schema (once, for
+    # the target's columns and types); 7 before 3ce79d6.
+    assert run["ingestion_range_analysed"] == {"schema": 1}
+    # Those counts still refuse a write: two states of one key, nothing kept.
+    refused = run["refused_conflict"]
+    assert refused["error"]["keys"] == [{"post_id": 11}] and "posts" in refused["error"]["message"]
+    assert refused["unchanged"] is True

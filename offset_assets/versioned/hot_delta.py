@@ -41,11 +41,10 @@ scanned in parallel and only the selected versions are shuffled into that partit
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
@@ -73,6 +72,7 @@ from offset_assets.versioned.errors import (
 )
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
+from offset_assets.versioned.observed import ObservedAggregates
 from offset_assets.versioned.reads import TableReader, versions_bound
 from offset_assets.versioned.table_schema import conform
 from offset_assets.versioned.writes import Refusal, Replacement, WriteStats
@@ -304,15 +304,14 @@ class HotDelta:
             )
             number = self._writes + 1
             versions_at, unchanged_at = write_path(self.data_path, number), noop_path(self.data_path, number)
-            observation = Observation(f"write-{uuid.uuid4().hex}")
             extent = [F.min(f"`{first_key}`").alias(_LOWEST), F.max(f"`{first_key}`").alias(_HIGHEST)]
-            observed = classified.observe(observation, *writes.counts_of(classified),
+            observed = ObservedAggregates(classified, *writes.counts_of(classified),
                                           *(extent if key_range is not None else []))
             try:
-                _write_sorted(writes.versions_of(observed, table.schema, table.primary_key, self.delta_num,
-                                                 committed=candidates is not None),
-                              versions_at, table.primary_key)
-                seen = observation.get
+                written = _write_sorted(writes.versions_of(observed.observed, table.schema, table.primary_key,
+                                                           self.delta_num, committed=candidates is not None),
+                                        versions_at, table.primary_key)
+                seen = observed.read(written)
                 counts = {kind: int(seen.get(kind) or 0) for kind in writes.KINDS}
                 if key_range is not None:
                     self._check_key_range(key_range, seen.get(_LOWEST), seen.get(_HIGHEST))
@@ -549,11 +548,14 @@ def _write_parquet(frame: DataFrame, path: str, rows: int, primary_key: Sequence
     _write_sorted(frame.coalesce(files), path, primary_key)
 
 
-def _write_sorted(frame: DataFrame, path: str, primary_key: Sequence[str]) -> None:
+def _write_sorted(frame: DataFrame, path: str, primary_key: Sequence[str]) -> DataFrame:
     """One file per partition of `frame`, sorted by key (Spark drops the sort when the
-    partition already is, as a classification in `partitions` leaves it)."""
+    partition already is, as a classification in `partitions` leaves it); returns the
+    frame written (its `executionInfo` holds a Spark Connect write's observed metrics)."""
+    sorted_frame = frame.sortWithinPartitions(*primary_key)
     # "error", not its alias "errorifexists": Spark Connect accepts only the former.
-    frame.sortWithinPartitions(*primary_key).write.mode("error").parquet(path)
+    sorted_frame.write.mode("error").parquet(path)
+    return sorted_frame
 
 
 def _stats(counts: dict[str, int]) -> WriteStats:
