@@ -305,7 +305,7 @@ class HotDelta:
             number = self._writes + 1
             versions_at, unchanged_at = write_path(self.data_path, number), noop_path(self.data_path, number)
             extent = [F.min(f"`{first_key}`").alias(_LOWEST), F.max(f"`{first_key}`").alias(_HIGHEST)]
-            observed = ObservedAggregates(classified, *writes.counts_of(classified),
+            observed = ObservedAggregates(table.name, classified, *writes.counts_of(classified),
                                           *(extent if key_range is not None else []))
             try:
                 written = _write_sorted(writes.versions_of(observed.observed, table.schema, table.primary_key,

@@ -16,17 +16,15 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation
 
 from offset_assets.spark import is_connect_session
-
-
-class ObservedMetricsMissingError(RuntimeError):
-    """The reply to a write holds none of the metrics it was asked to observe."""
+from offset_assets.versioned.errors import VersionedTableError
 
 
 class ObservedAggregates:
     """`frame` observed with `aggregates` (`observed`); `read(written)` returns their values,
-    by alias, once `written` (a frame built on `observed`) has been written."""
+    by alias, once `written` (a frame built on `observed`) has been written into `table`."""
 
-    def __init__(self, frame: DataFrame, *aggregates: Column) -> None:
+    def __init__(self, table: str, frame: DataFrame, *aggregates: Column) -> None:
+        self.table = table
         self.name = f"write-{uuid.uuid4().hex}"
         if is_connect_session(frame.sparkSession):
             self._observation = None
@@ -44,4 +42,5 @@ class ObservedAggregates:
             if name == self.name:
                 return values
         # Never read as zero counts: a write's counts are what refuses bad rows.
-        raise ObservedMetricsMissingError(f"the Spark Connect server returned no metrics {self.name!r} for the write")
+        raise VersionedTableError(self.table, f"the Spark Connect server's reply to a write holds no metrics "
+                                              f"{self.name!r}: the write is not kept")
