@@ -1,8 +1,8 @@
 """One engine run over Spark Connect, its profile printed as JSON, then the plans that a
 small change's run and an ingestion range ask the server to analyse, and a write refused
-by the counts it observes: run in a child
-process by `tests/test_run_profile.py` (a Connect client switches its process's
-functions to Connect, and the test process holds a classic session).
+by the counts it observes: run in a child process by `tests/test_run_profile.py` (a
+Connect client switches its process's functions to Connect, and the test process holds
+a classic session).
 
 Usage: python -m tests.connect_profile CONNECT_URL DB_URL WAREHOUSE
 """

@@ -170,7 +170,7 @@ def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or
     # whose columns are checked against the declared ones. Every other column the engine
     # builds on is one it named itself, and the output write reads its observed counts
     # from the write's reply, not through `Observation` (which asks whether the plan is a
-    # stream): 10 analyses before 3ce79d6, 2 until this change.
+    # stream): 10 analyses before 3ce79d6, 2 before d0712fb.
     small = run["small_change"]
     assert small["processed_keys"] == 3
     assert small["analysed"] == {"schema": 1}
