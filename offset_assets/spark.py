@@ -215,7 +215,8 @@ def get_spark_session(
 SMALL_JVM_OPTIONS = "-XX:+UseSerialGC"
 
 # A JVM that lives for a few runs of tiny data (a child the tests kill, a test cluster's
-# drivers and executors, a test Connect server): the client compiler only, too. The
+# drivers and executors, a test Connect server), or that must be quick from its first
+# runs (`make dev`'s Connect server): the client compiler only, too. The
 # optimizing compiler's threads take more CPU than such a JVM's own work, for code that
 # runs a handful of times (measured: 4 generated histories in a fresh session, the JVM's
 # CPU 75-82 s -> 53-56 s). A session that lives for the whole suite keeps it: there the

@@ -103,9 +103,10 @@ def test_reference_project_over_spark_connect_on_the_lazy_pyspark_resource_equal
 
 def test_make_devs_warm_up_runs_the_engine_over_connect_and_leaves_nothing_behind(connect_server, tmp_path):
     """`make dev` sends its fresh server a throwaway run (`assets_defs/warmup.py`) before
-    the UI starts: it must finish over Connect and delete its folder and control plane."""
+    the UI starts: it must finish over Connect and delete its folder and control plane
+    (with one incremental run: `make dev`'s further runs repeat it)."""
     child = subprocess.run(
-        [sys.executable, "-c", "from assets_defs.warmup import warm_up; import sys; print(warm_up(sys.argv[1]))",
+        [sys.executable, "-c", "from assets_defs.warmup import warm_up; import sys; print(warm_up(sys.argv[1], 1))",
          connect_server.url],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},

@@ -235,12 +235,12 @@ class InputLoader:
     """The input frames of a run's batches, as of the run snapshot (`snapshot_deltas`).
 
     `deltas_read`: per input, the deltas the changed index read (`keys.SelectedKeys`);
-    `marked_by`: per key held by the driver, the inputs whose changes marked it."""
+    `marked_by`: per input, the keys held by the driver that its changes marked."""
 
     t: Transformation
     snapshot_deltas: Mapping[str, int]
     deltas_read: Mapping[str, Sequence[DeltaInfo]]
-    marked_by: Mapping[tuple, set[str]]
+    marked_by: Mapping[str, frozenset[tuple]]
     reads: RunReads
 
     def frames(self, keys: KeyValues | DataFrame, persist: Persist, result: RunResult) -> dict[str, DataFrame]:
@@ -325,9 +325,12 @@ class InputLoader:
             return self._actual(table, keys, as_of)
         # KeyValues columns follow the transform keys; the primary key may list them in
         # another order, which `latest_of_keys` does not mind (it joins by name).
-        marked = self.marked_by
-        via_changes = tuple(k for k in keys.rows if inp.name in marked.get(k, ()))
-        others = tuple(k for k in keys.rows if inp.name not in marked.get(k, ()))
+        marked = self.marked_by.get(inp.name, frozenset())
+        if marked.issuperset(keys.rows):  # the usual case, checked without a Python loop
+            via_changes, others = keys.rows, ()
+        else:
+            via_changes = tuple(k for k in keys.rows if k in marked)
+            others = tuple(k for k in keys.rows if k not in marked)
         if not via_changes:
             return self._actual(table, keys, as_of)
         latest = latest_of_keys(table, deltas, keys.subset(via_changes), self.reads.pushdown_limit,
