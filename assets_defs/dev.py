@@ -36,6 +36,11 @@ from offset_assets.spark import RUN_COST_CONF, SHORT_JVM_OPTIONS
 
 CONNECT_PORT = int(os.environ.get("OFFSET_ASSETS_DEV_CONNECT_PORT", "15002"))
 START_TIMEOUT_S = 180.0
+# The serial collector and the client compiler only (`SHORT_JVM_OPTIONS`): on demo-sized
+# data the optimizing compiler's threads cost more than its code saves, and the client
+# compiler's code is ready after a few runs (`bench.dagster_runs --spark connect`, the UI's
+# first small change after a one-run warm-up: the engine 1.52 s -> 1.32 s).
+SERVER_JVM_OPTIONS = SHORT_JVM_OPTIONS
 # What the local Connect server's driver runs with: demo-sized data, UTC sessions, and
 # three settings for small data on one machine (a production cluster keeps Spark's
 # defaults). Adaptive execution off: on small data it only runs each shuffle as a job of
@@ -46,11 +51,6 @@ START_TIMEOUT_S = 180.0
 # back to itself). With the serial collector (`SERVER_JVM_OPTIONS`), measured with
 # `bench.dagster_runs` on the 2-core machine: the engine's part of a small change
 # 7.2 s -> 4.7 s, the whole run 11.6-12.4 s -> 8.3 s.
-# The serial collector and the client compiler only (`SHORT_JVM_OPTIONS`): on demo-sized
-# data the optimizing compiler's threads cost more than its code saves, and the client
-# compiler's code is ready after a few runs (`bench.dagster_runs --spark connect`, the UI's
-# first small change after a one-run warm-up: the engine 1.52 s -> 1.32 s).
-SERVER_JVM_OPTIONS = SHORT_JVM_OPTIONS
 SERVER_CONF = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",

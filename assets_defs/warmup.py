@@ -4,9 +4,10 @@ the server's first Spark work (its classes loading and its code being compiled).
 
 The run is the engine's own path on a few rows in a temporary folder with a SQLite
 control plane of its own: a first run and a few incremental runs, each with a changed
-reference row (Parquet writes and reads, the reverse and filtered joins, the classification of a
-write, a commit), and the ingestion of an id range of a small SQLite table (the server's
-Python workers reading it as the SQL source's slices, the range's one-pass write).
+reference row (Parquet writes and reads, the reverse and filtered joins, the
+classification of a write, a commit), and the ingestion of an id range of a small SQLite
+table (the server's Python workers reading it as the SQL source's slices, the range's
+one-pass write).
 Nothing of it is left behind: the folder is deleted and the Connect
 session closed; the project's control plane and warehouse are not touched.
 """

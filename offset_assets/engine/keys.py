@@ -13,7 +13,7 @@ batch within the limit, so that no JVM holds the key set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,8 +185,10 @@ def _values(column: Any) -> list:
     return column.to_numpy(zero_copy_only=False).tolist()
 
 
-def _local_from_index(columns: tuple[str, ...], index: Any, names: list[str], decode: Any,
-                      batch_size: int | None) -> LocalKeys:
+def _local_from_index(columns: tuple[str, ...], index: Any, names: list[str],
+                      decode: Callable[[Any], list[Key]], batch_size: int | None) -> LocalKeys:
+    """`local_from_rows` on `index` (Arrow: key columns `names`, update_ts, input name);
+    `decode` turns a table of the key columns into the keys as Python tuples."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
