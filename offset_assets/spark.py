@@ -17,7 +17,8 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -180,6 +181,25 @@ def ensure_base_settings(spark: SparkSession) -> None:
                 f"cannot set {key}={value} on the Spark session ({first_line[:200]}): "
                 "set it in the session's configuration (spark_config, or the Connect server's)"
             ) from exc
+
+
+@contextmanager
+def temporary_setting(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """`key=value` on `spark` (a runtime SQL setting) while the block runs, and the
+    session's own value (or none) again afterwards, whatever the block raised. Nothing is
+    set when the session has that value already."""
+    before = spark.conf.get(key, None)
+    if before == value:
+        yield
+        return
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def get_spark_session(

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.errors import DeltaNotHotError, HotDeltaHeldError
-from offset_assets.control_plane.schema import commit_clock
+from offset_assets.control_plane.schema import commit_clock, table_delta
 
 
 @pytest.fixture
@@ -84,6 +84,22 @@ def test_committed_beyond_an_offset_excludes_the_offsets_own_delta_and_empty_del
     assert [d.delta_num for d in catalog.committed_beyond("orders", commits[3])] == [4]
     assert catalog.committed_beyond("orders", commits[4]) == []
     assert catalog.committed_beyond("customers", None) == []
+
+
+def test_versions_stored_sums_the_committed_deltas_of_each_table_in_one_statement(catalog):
+    for num, (upserted, deleted) in enumerate([(3, 0), (2, 1)], start=1):
+        _open(catalog)
+        catalog.commit([("orders", num, upserted, deleted)])
+    _open(catalog)  # a hot delta stores nothing a reader sees
+    _open(catalog, "customers")
+    catalog.commit([("customers", 1, 4, 0)])
+    assert catalog.versions_stored(["orders", "customers", "never_written"]) == {
+        "orders": 6, "customers": 4, "never_written": 0}
+    # A delta whose counts are unknown leaves its table's size unknown.
+    with catalog.plane.begin() as conn:
+        conn.execute(table_delta.update().where(table_delta.c.table_name == "customers")
+                     .values(rows_upserted=None))
+    assert catalog.versions_stored(["orders", "customers"]) == {"orders": 6, "customers": None}
 
 
 def test_commit_of_several_tables_is_one_timestamp(catalog):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError, error_text
+from offset_assets.engine.evaluation import run_evaluation
 from offset_assets.engine.index_request import RunSnapshot
 from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
@@ -82,6 +84,7 @@ class TransformationRun:
         self._started = 0.0
         self._started_at: float | None = None
         self._profiler: Profiler | None = None
+        self._session_settings = ExitStack()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -116,12 +119,15 @@ class TransformationRun:
         if not self._finished and log.isEnabledFor(logging.DEBUG):
             log.debug("profile of unfinished run %s of %s: %s", self.run_id, self.t.transformation_id,
                       self._profiler.finish().describe())
+        self._session_settings.close()
         self._profiler.stop()
         self._keeper.__exit__(None, None, None)
 
     def _open(self) -> None:
         with self._profiler.phase("open"):
             self._read_state()
+            self._session_settings.enter_context(run_evaluation(
+                self.spark, self.state.versions_stored, self.engine.interpreted_rows_limit))
         with self._profiler.phase("changed_index"):
             selected = select_keys(self.t, self.meta, self.state, self._explicit_keys, self.engine.pushdown_limit,
                                    self.engine.driver_keys_limit)

@@ -46,6 +46,7 @@ class RunEngine(Protocol):
     lease_ttl_s: float
     pushdown_limit: int
     driver_keys_limit: int
+    interpreted_rows_limit: int
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,9 @@ class RunState:
     `requested_at` the wall clock at which a pending request was made (None for a
     backfill); `request` and `by_input` (the deltas each input contributes) only for a
     full run. `snapshot_commit_ts`: the commit_ts of each input's snapshot delta, what a
-    full run's offsets move to and what every run's offset lag is measured against."""
+    full run's offsets move to and what every run's offset lag is measured against.
+    `versions_stored`: the versions each table the run reads (inputs, outputs, meta) has
+    stored, from the catalog's counts (`evaluation.py`)."""
 
     transformation_id: str
     full: bool
@@ -72,6 +75,7 @@ class RunState:
     request: IndexRequest | None = None
     by_input: Mapping[str, list[DeltaInfo]] = field(default_factory=dict)
     snapshot_commit_ts: Mapping[str, float] = field(default_factory=dict)
+    versions_stored: Mapping[str, int | None] = field(default_factory=dict)
 
     @classmethod
     def read(cls, engine: RunEngine, t: Transformation, full: bool, change_detection: ChangeDetection,
@@ -82,6 +86,7 @@ class RunState:
         deltas, clock = catalog.snapshot_state(input_names)
         snapshot = RunSnapshot(deltas, clock)
         offsets = engine.offsets.get_offsets_for_transformation(tid)
+        stored = catalog.versions_stored([*input_names, *(out.name for out in t.outputs), t.meta_table_name])
         offsets_reset: dict[str, float] = {}
         request_ts: float | None = None
         requested_at: float | None = None
@@ -104,7 +109,7 @@ class RunState:
         if not full:
             return cls(tid, full=False, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
                        offsets_reset=offsets_reset, request_ts=request_ts,
-                       snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, {}))
+                       snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, {}), versions_stored=stored)
         listed = FailedDeltas(engine.plane).listed(tid)
         use_offsets = change_detection == "v2"
         # The meta's delta listing, when the changed index needs it (listed failures, a
@@ -117,4 +122,4 @@ class RunState:
         return cls(tid, full=True, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
                    offsets_reset=offsets_reset, request_ts=request_ts, requested_at=requested_at,
                    listed_failures=listed, request=request, by_input=by_input,
-                   snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input))
+                   snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input), versions_stored=stored)

@@ -36,6 +36,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
+from offset_assets.engine.evaluation import DEFAULT_INTERPRETED_ROWS_LIMIT, run_evaluation
 from offset_assets.engine.profile import Profiler, RunProfile
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError
@@ -142,7 +143,11 @@ class _Steps:
 
 
 class RangeIngestion:
-    """Runs the ranges of one `IngestionJob` against a control plane and a warehouse."""
+    """Runs the ranges of one `IngestionJob` against a control plane and a warehouse.
+
+    `interpreted_rows_limit`: a range whose rows and target table's stored versions are at
+    most this many in all is written with Spark's expressions interpreted, not compiled
+    (as a transformation's run, `offset_assets.engine.evaluation`)."""
 
     def __init__(
         self,
@@ -151,11 +156,13 @@ class RangeIngestion:
         job: IngestionJob,
         warehouse: str | None = None,
         clock: Callable[[], float] = time.time,
+        interpreted_rows_limit: int = DEFAULT_INTERPRETED_ROWS_LIMIT,
     ) -> None:
         self.spark = spark
         self.plane = plane
         self.job = job
         self.warehouse = warehouse
+        self.interpreted_rows_limit = interpreted_rows_limit
         self.log = JobLog(plane, clock=clock)
         self._clock = clock
 
@@ -240,9 +247,11 @@ class RangeIngestion:
                     # source's count: the write's partitions, never what it keeps). Without a
                     # transform, an id range of the primary key's first column bounds its lookups.
                     shaped = self.job.transform is not None
-                    stats = hot.write(rows, last=True, rows=rows_read,
-                                      key_range=None if shaped else _key_range(batch, self.job.target),
-                                      column_types=types)
+                    sizes = {**table.catalog.versions_stored([table.name]), "range": rows_read}
+                    with run_evaluation(self.spark, sizes, self.interpreted_rows_limit):
+                        stats = hot.write(rows, last=True, rows=rows_read,
+                                          key_range=None if shaped else _key_range(batch, self.job.target),
+                                          column_types=types)
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,

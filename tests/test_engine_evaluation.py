@@ -1,0 +1,103 @@
+"""A run over small tables evaluates Spark's expressions interpreted, not compiled, and
+gives the session its own setting back afterwards (real Spark, through the engine and an
+ingestion range); how small is small comes from the catalog's counts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from offset_assets.control_plane import connect
+from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.evaluation import CODEGEN_FACTORY_MODE, INTERPRETED, evaluates_interpreted
+from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.ranges.ingestion import RangeIngestion
+from offset_assets.spark import temporary_setting
+from offset_assets.versioned import VersionedTable, hot_delta
+from tests.test_ingestion import id_job, insert_customers
+
+ITEMS = StructType([StructField("item_id", LongType(), False), StructField("name", StringType(), True)])
+# What Spark does when nothing is set: compile, and fall back to interpreting when that fails.
+COMPILED = "FALLBACK"
+
+
+@pytest.fixture
+def compiled_session(spark):
+    """The session as a user's is: compiling (the test session itself interprets)."""
+    spark.conf.set(CODEGEN_FACTORY_MODE, COMPILED)
+    return spark
+
+
+def copy_items(spark, plane, warehouse, seen: list[str]) -> Transformation:
+    items = VersionedTable(spark, plane, "items", ["item_id"], ITEMS, warehouse=warehouse)
+    copies = VersionedTable(spark, plane, "item_copies", ["item_id"], ITEMS, warehouse=warehouse)
+    items.write_delta(spark.createDataFrame([(1, "bolt"), (2, "nut"), (3, "gear")], ITEMS))
+
+    def copy(items):
+        seen.append(spark.conf.get(CODEGEN_FACTORY_MODE))
+        return items
+
+    return Transformation("copy_items", [TransformInput(items)], ["item_id"], [copies], copy)
+
+
+def test_the_decision_reads_the_tables_sizes_and_keeps_unknown_sizes_compiled():
+    assert evaluates_interpreted({"items": 3, "item_copies": 0, "meta": 0}, limit=3)
+    assert not evaluates_interpreted({"items": 3, "item_copies": 1}, limit=3)
+    assert not evaluates_interpreted({"items": 1, "item_copies": None}, limit=100)
+    assert not evaluates_interpreted({"items": 1}, limit=0)
+
+
+def test_a_run_over_small_tables_interprets_and_restores_the_sessions_setting(compiled_session, sqlite_url,
+                                                                                  warehouse):
+    spark, seen = compiled_session, []
+    t = copy_items(spark, connect(sqlite_url), warehouse, seen)
+    result = IncrementalEngine(spark, connect(sqlite_url)).run_full(t)
+    assert (result.processed_keys, seen) == (3, [INTERPRETED])
+    assert spark.conf.get(CODEGEN_FACTORY_MODE) == COMPILED
+    assert sorted(tuple(r) for r in t.outputs[0].read_actual().select("item_id", "name").collect()) == [
+        (1, "bolt"), (2, "nut"), (3, "gear")]
+
+
+def test_a_run_over_tables_beyond_the_limit_compiles(compiled_session, sqlite_url, warehouse):
+    spark, seen = compiled_session, []
+    t = copy_items(spark, connect(sqlite_url), warehouse, seen)
+    # Each run's input holds more than 2 versions; a limit of 0 turns interpreting off.
+    for limit in (2, 0):
+        t.inputs[0].table.write_delta(spark.createDataFrame([(limit + 10, "washer")], ITEMS))
+        IncrementalEngine(spark, connect(sqlite_url), interpreted_rows_limit=limit).run_full(t)
+    assert seen == [COMPILED, COMPILED]
+
+
+def test_a_failing_block_gets_the_sessions_setting_back_and_an_unset_one_stays_unset(spark):
+    key = "spark.offset_assets.test.setting"
+    with pytest.raises(RuntimeError, match="the block failed"), temporary_setting(spark, key, "on"):
+        assert spark.conf.get(key) == "on"
+        raise RuntimeError("the block failed")
+    assert spark.conf.get(key, None) is None
+    spark.conf.set(key, "off")
+    with temporary_setting(spark, key, "on"):
+        assert spark.conf.get(key) == "on"
+    assert spark.conf.get(key) == "off"
+
+
+def test_an_ingestion_range_into_a_small_table_is_written_interpreted(compiled_session, sqlite_url, warehouse,
+                                                                       source_url, monkeypatch):
+    spark, seen = compiled_session, []
+    write = hot_delta.HotDelta.write
+
+    def recording_write(self, *args, **kwargs):
+        seen.append(spark.conf.get(CODEGEN_FACTORY_MODE))
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(hot_delta.HotDelta, "write", recording_write)
+    insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1)), ("bob", "Rome", datetime(2022, 1, 1)))
+    plane = connect(sqlite_url)
+    (small,) = RangeIngestion(spark, plane, id_job(source_url), warehouse).run_pending()
+    insert_customers(source_url, ("cid", "Lima", datetime(2022, 1, 2)))
+    # The target holds 2 versions and the range 1 row: beyond a limit of 2.
+    (large,) = RangeIngestion(spark, plane, id_job(source_url), warehouse, interpreted_rows_limit=2).run_pending()
+    assert (small.rows_upserted, large.rows_upserted) == (2, 1)
+    assert seen == [INTERPRETED, COMPILED]
+    assert spark.conf.get(CODEGEN_FACTORY_MODE) == COMPILED
