@@ -5,7 +5,7 @@ JIT) and keeps the classes by their source text. The engine's queries carry each
 delta numbers, offsets and commit times as literals, which Spark writes into that source,
 so one run's classes never serve the next: every run compiles its code afresh and runs
 it before the JVM has optimised it. On small tables that costs more than it saves (the
-demo's small change, 82 keys of a 2,000-row table: 2.2-2.9 s -> 1.7-1.9 s interpreted);
+demo's small change, 82 keys of a 2,000-row table: 2.2-2.9 s -> 1.5-1.9 s interpreted);
 on large ones the compiled code pays back (the copy workload at 1M rows: an incremental
 run 1.4 s compiled, 1.8 s interpreted). A run whose tables are small therefore evaluates
 interpreted, with Spark's own interpreted path (`spark.sql.codegen.factoryMode`, the one

@@ -7,7 +7,8 @@
         result = run.finish()
 
 A run holds the transformation's lease, reads its state from the control plane once
-(`state.py`: snapshot, offsets, the deltas to read, failures, a reprocess request),
+(`state.py`: snapshot, offsets, the deltas to read, failures, a reprocess request, the
+tables' sizes, which decide whether Spark compiles its expressions: `evaluation.py`),
 selects its keys (`keys.py`: the changed index, or a changelist's keys), loads each
 batch's inputs (`loading.py`), writes its outputs (`outputs.py`) and commits outputs,
 meta (`meta.py`) and offsets together (`commit.py`):
@@ -119,9 +120,9 @@ class TransformationRun:
         if not self._finished and log.isEnabledFor(logging.DEBUG):
             log.debug("profile of unfinished run %s of %s: %s", self.run_id, self.t.transformation_id,
                       self._profiler.finish().describe())
-        self._session_settings.close()
         self._profiler.stop()
         self._keeper.__exit__(None, None, None)
+        self._session_settings.close()
 
     def _open(self) -> None:
         with self._profiler.phase("open"):
