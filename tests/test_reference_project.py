@@ -6,6 +6,7 @@ runs, real Spark (the session fixture), the state in a temporary folder
 (`OFFSET_ASSETS_HOME`). Every count is asserted exactly.
 """
 
+import re
 import time
 from datetime import UTC, datetime
 
@@ -301,6 +302,12 @@ def test_demo_story_second_run_processes_only_the_changed_posts_and_the_renamed_
             ) in report
     assert "10 keys = 6 changed posts + 4 more posts of the renamed profile (reverse join)" in report.replace(
         "processed 10 of 32 keys", "10 keys")
+    # Each transformation's own time in the second pass, with the Spark jobs its profile counted.
+    times = {name: (float(seconds), int(jobs)) for name, seconds, jobs in re.findall(
+        r"(\w+) (\d+\.\d\d) s \((\d+) Spark jobs\)", report.split("engine time: ")[1].splitlines()[0])}
+    assert list(times) == ["enriched_posts", "user_post_stats", "moderated_posts"]
+    assert times["enriched_posts"] == (round(second.transformations["enriched_posts"]["duration_s"], 2),
+                                       second.transformations["enriched_posts"]["profile.spark_jobs"])
 
 
 def run_checks(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[tuple[str, str], bool]:

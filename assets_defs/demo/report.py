@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from assets_defs.assets.transformations import TRANSFORMATIONS
 from assets_defs.demo.story import DemoStory, MaterializationPass
 from offset_assets.config import state_dir
 
@@ -71,6 +72,20 @@ def _moderated(step: MaterializationPass, expected_keys: int, what: str,
             + "; ".join(changes))
 
 
+def _engine_times(step: MaterializationPass) -> str:
+    """Each transformation's own time in the pass (its `duration_s`) and Spark jobs (not
+    counted over Spark Connect): a multi-asset's outputs report one run."""
+    times = []
+    for t in TRANSFORMATIONS:
+        meta = next((step.transformations[key.to_user_string()] for key in t.keys
+                     if key.to_user_string() in step.transformations), None)
+        if meta is None:
+            continue
+        jobs = meta.get("profile.spark_jobs")
+        times.append(f"{t.node_def.name} {meta['duration_s']:.2f} s" + (f" ({jobs} Spark jobs)" if jobs else ""))
+    return ", ".join(times)
+
+
 def render(story: DemoStory) -> str:
     sizes, traffic, expected = story.sizes, story.traffic, story.expected
     first, second = story.first, story.second
@@ -112,6 +127,7 @@ def render(story: DemoStory) -> str:
         f"   user_post_stats  processed {stats2['processed_keys']} keys: authors of changed posts + renamed "
         f"author ({ok(stats2['processed_keys'], len(expected.stats_users))})",
         _moderated(second, len(expected.changed_posts), "the changed posts; no reference input", ok),
+        f"   engine time: {_engine_times(second)}",
         "",
         "Offsets (per transformation and input: before -> after the second run, UTC; age = since it last moved)",
         *_offsets(story.offsets_before, story.offsets_after),
