@@ -43,10 +43,10 @@ def copy_items(spark, plane, warehouse, seen: list[str]) -> Transformation:
 
 
 def test_the_decision_reads_the_tables_sizes_and_keeps_unknown_sizes_compiled():
-    assert evaluates_interpreted({"items": 3, "item_copies": 0, "meta": 0}, limit=3)
-    assert not evaluates_interpreted({"items": 3, "item_copies": 1}, limit=3)
-    assert not evaluates_interpreted({"items": 1, "item_copies": None}, limit=100)
-    assert not evaluates_interpreted({"items": 1}, limit=0)
+    assert evaluates_interpreted([3, 0, 0], limit=3)
+    assert not evaluates_interpreted([3, 1], limit=3)
+    assert not evaluates_interpreted([1, None], limit=100)
+    assert not evaluates_interpreted([1], limit=0)
 
 
 def test_a_run_over_small_tables_interprets_and_restores_the_sessions_setting(compiled_session, sqlite_url,

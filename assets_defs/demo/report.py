@@ -82,7 +82,8 @@ def _engine_times(step: MaterializationPass) -> str:
         if meta is None:
             continue
         jobs = meta.get("profile.spark_jobs")
-        times.append(f"{t.node_def.name} {meta['duration_s']:.2f} s" + (f" ({jobs} Spark jobs)" if jobs else ""))
+        counted = f" ({jobs} Spark jobs)" if jobs is not None else ""
+        times.append(f"{t.node_def.name} {meta['duration_s']:.2f} s{counted}")
     return ", ".join(times)
 
 

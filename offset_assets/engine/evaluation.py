@@ -16,7 +16,7 @@ every table the run reads has stored, which no read of it can exceed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 
 from pyspark.sql import SparkSession
@@ -31,18 +31,18 @@ INTERPRETED = "NO_CODEGEN"
 DEFAULT_INTERPRETED_ROWS_LIMIT = 100_000
 
 
-def evaluates_interpreted(versions_stored: Mapping[str, int | None], limit: int) -> bool:
-    """Whether a run over tables holding `versions_stored` evaluates interpreted: when
-    they hold at most `limit` versions in all (a table of unknown size is a large one;
-    a limit of 0 keeps every run compiled)."""
-    if limit <= 0 or any(count is None for count in versions_stored.values()):
+def evaluates_interpreted(sizes: Iterable[int | None], limit: int) -> bool:
+    """Whether a run over data of `sizes` (each table's stored versions, a range's rows)
+    evaluates interpreted: when they are at most `limit` rows in all (an unknown size is a
+    large one; a limit of 0 keeps every run compiled)."""
+    sizes = list(sizes)
+    if limit <= 0 or any(size is None for size in sizes):
         return False
-    return sum(versions_stored.values()) <= limit
+    return sum(sizes) <= limit
 
 
-def run_evaluation(spark: SparkSession, versions_stored: Mapping[str, int | None],
-                   limit: int) -> AbstractContextManager[None]:
-    """The session's evaluation while a run over `versions_stored` works."""
-    if evaluates_interpreted(versions_stored, limit):
+def run_evaluation(spark: SparkSession, sizes: Iterable[int | None], limit: int) -> AbstractContextManager[None]:
+    """The session's evaluation while a run over data of `sizes` works."""
+    if evaluates_interpreted(sizes, limit):
         return temporary_setting(spark, CODEGEN_FACTORY_MODE, INTERPRETED)
     return nullcontext()

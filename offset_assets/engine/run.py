@@ -128,7 +128,7 @@ class TransformationRun:
         with self._profiler.phase("open"):
             self._read_state()
             self._session_settings.enter_context(run_evaluation(
-                self.spark, self.state.versions_stored, self.engine.interpreted_rows_limit))
+                self.spark, self.state.versions_stored.values(), self.engine.interpreted_rows_limit))
         with self._profiler.phase("changed_index"):
             selected = select_keys(self.t, self.meta, self.state, self._explicit_keys, self.engine.pushdown_limit,
                                    self.engine.driver_keys_limit)

@@ -247,7 +247,7 @@ class RangeIngestion:
                     # source's count: the write's partitions, never what it keeps). Without a
                     # transform, an id range of the primary key's first column bounds its lookups.
                     shaped = self.job.transform is not None
-                    sizes = {**table.catalog.versions_stored([table.name]), "range": rows_read}
+                    sizes = [*table.catalog.versions_stored([table.name]).values(), rows_read]
                     with run_evaluation(self.spark, sizes, self.interpreted_rows_limit):
                         stats = hot.write(rows, last=True, rows=rows_read,
                                           key_range=None if shaped else _key_range(batch, self.job.target),
