@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from bench.posts_world import ENRICHED, POSTS, STATS, count_posts, enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.control_plane.schema import run_lease
+from offset_assets.control_plane.schema import run_lease, table_delta
 from offset_assets.dagster_adapter import (
     OffsetStore,
     build_offset_checks,
@@ -27,6 +27,7 @@ from offset_assets.dagster_adapter import (
 )
 from offset_assets.dagster_adapter.assets import ChangeDetection, IncrementalRunConfig
 from offset_assets.dagster_adapter.run_report import iso_utc
+from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
 
 
@@ -297,10 +298,30 @@ def test_engine_settings_come_from_the_resource(spark, store, warehouse):
     assert (engine.lease_ttl_s, engine.pushdown_limit) == (12.5, 7)
 
 
-def test_row_count_can_be_turned_off_for_large_tables(world, store, warehouse):
+def test_row_count_is_the_catalogs_and_a_table_it_cannot_count_is_counted_by_spark_unless_turned_off(
+        spark, world, store, warehouse):
     seed(world)
-    result = dg.materialize([enriched_asset()], resources=engine_resources(store, warehouse, row_count=False))
-    assert "dagster/row_count" not in materialization(result, "enriched_posts")
+    counted = engine_resources(store, warehouse)
+    uncounted = engine_resources(store, warehouse, row_count=False)
+    first = dg.materialize([enriched_asset()], resources=uncounted)
+    assert materialization(first, "enriched_posts")["dagster/row_count"] == 4  # known: reported anyway
+    engine = counted["incremental_engine"]
+    key = dg.AssetKey("enriched_posts")
+    with count_spark_jobs(spark) as jobs:
+        assert engine.row_counts([key]) == {key: 4}
+    assert jobs.count == 0
+
+    # A catalog from before revision 0006 has no counts: they stay unknown.
+    with store.control_plane().begin() as conn:
+        conn.execute(table_delta.update().where(table_delta.c.table_name == "enriched_posts")
+                     .values(actual_rows=None))
+    world.write_posts([(14, 2, "e")])
+    second = dg.materialize([enriched_asset()], resources=uncounted)
+    assert "dagster/row_count" not in materialization(second, "enriched_posts")
+    world.write_posts([(15, 3, "f")])
+    third = dg.materialize([enriched_asset()], resources=counted)
+    assert materialization(third, "enriched_posts")["dagster/row_count"] == 6  # counted by Spark
+    assert world.enriched.last_committed().actual_rows is None
 
 
 def test_batch_commit_mode_commits_each_batch_as_its_own_delta(world, resources):

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.errors import DeltaNotHotError, HotDeltaHeldError
+from offset_assets.control_plane.delta_catalog.records import HotCommit
 from offset_assets.control_plane.schema import commit_clock, table_delta
 
 
@@ -100,6 +101,20 @@ def test_versions_stored_sums_the_committed_deltas_of_each_table_in_one_statemen
         conn.execute(table_delta.update().where(table_delta.c.table_name == "customers")
                      .values(rows_upserted=None))
     assert catalog.versions_stored(["orders", "customers"]) == {"orders": 6, "customers": None}
+
+
+def test_each_delta_records_the_tables_actual_rows_and_a_hot_delta_starts_from_the_last_commit(catalog):
+    assert _open(catalog).actual_rows == 0  # a new table: nothing to add to
+    catalog.commit([HotCommit("orders", 1, 3, 0, actual_rows=3)])
+    assert _open(catalog).actual_rows == 3
+    catalog.commit([HotCommit("orders", 2, 2, 1, actual_rows=4)])
+    assert catalog.by_num("orders", 2).actual_rows == 4
+    _open(catalog)  # a hot delta changes no count a reader sees
+    _open(catalog, "customers")
+    catalog.commit([("customers", 1, 4, 0)])  # written without a count: unknown from here on
+    assert catalog.actual_rows(["orders", "customers", "never_written"]) == {
+        "orders": 4, "customers": None, "never_written": 0}
+    assert _open(catalog, "customers").actual_rows is None
 
 
 def test_commit_of_several_tables_is_one_timestamp(catalog):

@@ -234,7 +234,10 @@ class ExactnessMachine(RuleBasedStateMachine):
 
     def output_rows(self) -> set[tuple]:
         output = self.world.enriched if self.target_name == "enriched_posts" else self.world.stats
-        return rows_of(output.read_actual())
+        rows = rows_of(output.read_actual())
+        # The catalog's row count, kept at each commit, is the table's (no key twice in rows).
+        assert output.catalog.actual_rows([output.name]) == {output.name: len(rows)}
+        return rows
 
     def current_keys(self) -> set[int]:
         if self.target_name == "enriched_posts":

@@ -82,6 +82,9 @@ def write_history(
         writes = {key: (op, value) for key, value, op in rows}
         model.commit(info.delta_num, writes)
         commit_ts[info.delta_num] = info.commit_ts
+        # The catalog counts the actual rows at each commit: the model's, without a Spark job.
+        assert info.actual_rows == len(model.actual(info.delta_num))
+        assert table.catalog.actual_rows([table.name]) == {table.name: info.actual_rows}
         if info.delta_num in compact_after:
             assert compact(table) == info.delta_num
     return commit_ts

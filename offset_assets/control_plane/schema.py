@@ -69,6 +69,9 @@ table_delta = Table(
     Column("commit_ts", Double, nullable=True),
     Column("rows_upserted", BigInteger, nullable=True),
     Column("rows_deleted", BigInteger, nullable=True),
+    # The table's actual rows once this delta is committed (while hot: as of the last
+    # committed delta); null when unknown (deltas before revision 0006, meta writes).
+    Column("actual_rows", BigInteger, nullable=True),
     Index("ix_table_delta_commit_ts", "table_name", "commit_ts"),
     Index(
         "ux_table_delta_one_hot",

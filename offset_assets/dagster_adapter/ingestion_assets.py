@@ -167,8 +167,7 @@ def ingestion_asset(
             except OffsetAssetsError as exc:
                 raise dg.Failure(description=f"{job.name} range {key}: {exc}") from exc
             results.append((key, result))
-        row_count = (incremental_engine.table(read_as).read_actual().count()
-                     if incremental_engine.row_count else None)
+        row_count = incremental_engine.row_counts([read_as]).get(read_as)
         return dg.MaterializeResult(metadata=ingestion_metadata(results, row_count))
 
     _JOBS_BY_OP[_ingest.op] = job

@@ -14,8 +14,8 @@ do (`idle`: no Spark session started) and otherwise is a `run`. `stream` runs th
 in that mode (it reads the transformation's state once, at the start of its run) and
 turns the engine's result into events through the one event iterator of
 `run_report.py`. What is reported comes from the result; the only thing read again is
-`dagster/row_count`, one Spark count per materialized output, behind the resource's
-`row_count` option (`output_row_counts`, shared with the IO manager's path).
+`dagster/row_count` of the materialized outputs, from the delta catalog
+(`output_row_counts`, shared with the IO manager's path).
 """
 
 from __future__ import annotations
@@ -115,12 +115,7 @@ class IncrementalInvocation:
 
 def output_row_counts(resource: IncrementalEngineResource, asset: IncrementalAsset,
                       materialized: Collection[dg.AssetKey]) -> dict[dg.AssetKey, int]:
-    """`dagster/row_count` of each materialized output: its actual rows, one Spark job
-    each, when the resource's `row_count` is on. The catalog knows only an upper bound
-    (the upserts), so the count is taken here, in one place for both paths; an output
-    the run left as it was keeps its count."""
-    if not resource.row_count:
-        return {}
-    return {out.asset_key: resource.table(out.asset_key).read_actual().count()
-            for out in asset.outputs if out.asset_key in materialized}
-
+    """`dagster/row_count` of each materialized output: its actual rows as the catalog
+    counted them at the commit (`IncrementalEngineResource.row_counts`), in one place for
+    both paths; an output the run left as it was keeps its count."""
+    return resource.row_counts([out.asset_key for out in asset.outputs if out.asset_key in materialized])

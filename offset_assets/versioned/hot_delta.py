@@ -128,6 +128,7 @@ class HotDelta:
         self.rows_upserted = 0
         self.rows_deleted = 0
         self.rows_unchanged = 0
+        self.rows_inserted: int | None = 0  # None once a write did not count them
         self._status = "open"
         self._version_paths: list[str] = []
         self._unchanged_paths: list[str] = []
@@ -211,21 +212,22 @@ class HotDelta:
         self.rows_upserted += rows
         return WriteStats(rows, 0, 0)
 
-    def savepoint(self) -> tuple[int, int, int, int, int]:
+    def savepoint(self) -> tuple[int, int, WriteStats]:
         """A point to return to with `restore`: the writes made so far."""
         return (len(self._version_paths), len(self._unchanged_paths),
-                self.rows_upserted, self.rows_deleted, self.rows_unchanged)
+                WriteStats(self.rows_upserted, self.rows_deleted, self.rows_unchanged, self.rows_inserted))
 
-    def restore(self, point: tuple[int, int, int, int, int]) -> None:
+    def restore(self, point: tuple[int, int, WriteStats]) -> None:
         """Undo the writes made since `point` (their folders are deleted): a caller whose
         related write into another table failed keeps this delta usable without them."""
         self._check_open("restore")
-        versions, unchanged, upserted, deleted, same = point
+        versions, unchanged, stats = point
         for path in self._version_paths[versions:] + self._unchanged_paths[unchanged:]:
             self.table.files.delete(path)
         del self._version_paths[versions:]
         del self._unchanged_paths[unchanged:]
-        self.rows_upserted, self.rows_deleted, self.rows_unchanged = upserted, deleted, same
+        self.rows_upserted, self.rows_deleted = stats.rows_upserted, stats.rows_deleted
+        self.rows_unchanged, self.rows_inserted = stats.rows_unchanged, stats.rows_inserted
 
     def delete(self, keys_df: DataFrame) -> WriteStats:
         """Delete the keys in `keys_df` (primary-key columns only): tombstones at commit."""
@@ -259,10 +261,10 @@ class HotDelta:
                 refused=refusal.column if refusal else None, replacing=replacing is not None,
             ).persist(level)
             try:
-                row = classified.agg(*writes.counts_of(classified)).first()
+                row = classified.agg(*writes.counts_of(classified, committed=candidates is not None)).first()
                 counts = {kind: int(row[kind] or 0) for kind in writes.KINDS}
                 self._refuse_bad_rows(classified, counts, refusal)
-                stats = _stats(counts)
+                stats = writes.stats_of(row.asDict(), committed=candidates is not None)
                 self._store(classified, stats, keep_unchanged, committed=candidates is not None)
             finally:
                 classified.unpersist()
@@ -305,7 +307,8 @@ class HotDelta:
             number = self._writes + 1
             versions_at, unchanged_at = write_path(self.data_path, number), noop_path(self.data_path, number)
             extent = [F.min(f"`{first_key}`").alias(_LOWEST), F.max(f"`{first_key}`").alias(_HIGHEST)]
-            observed = ObservedAggregates(table.name, classified, *writes.counts_of(classified),
+            observed = ObservedAggregates(table.name, classified,
+                                          *writes.counts_of(classified, committed=candidates is not None),
                                           *(extent if key_range is not None else []))
             try:
                 written = _write_sorted(writes.versions_of(observed.observed, table.schema, table.primary_key,
@@ -316,7 +319,7 @@ class HotDelta:
                 if key_range is not None:
                     self._check_key_range(key_range, seen.get(_LOWEST), seen.get(_HIGHEST))
                 self._refuse_bad_rows(classified, counts, refusal)
-                stats = _stats(counts)
+                stats = writes.stats_of(seen, committed=candidates is not None)
                 if not stats.rows_upserted + stats.rows_deleted:
                     table.files.delete(versions_at)  # the empty file of a write that made no version
                 if stats.rows_unchanged and keep_unchanged:  # a second pass, for a later write's check
@@ -339,7 +342,18 @@ class HotDelta:
         self.rows_upserted += stats.rows_upserted
         self.rows_deleted += stats.rows_deleted
         self.rows_unchanged += stats.rows_unchanged
+        if self.rows_inserted is not None:
+            self.rows_inserted = None if stats.rows_inserted is None else self.rows_inserted + stats.rows_inserted
         return stats
+
+    def _rows_once_committed(self) -> int | None:
+        """The table's actual rows once this open delta is committed: those as of the last
+        committed delta, plus the keys the writes inserted, minus the keys they deleted
+        (one state per key per delta, so no key is counted twice). None when either is
+        unknown."""
+        if self.info.actual_rows is None or self.rows_inserted is None:
+            return None
+        return self.info.actual_rows + self.rows_inserted - self.rows_deleted
 
     def _prior_states(self) -> DataFrame | None:
         """States already written into this hot delta (versions and unchanged rows)."""
@@ -502,7 +516,8 @@ class HotDelta:
         """This delta as the catalog commits it: table, number, versions and data path
         (`DeltaClosedError` when it is no longer open)."""
         self._check_open("commit")
-        return (self.table.name, self.delta_num, self.rows_upserted, self.rows_deleted, self.data_path)
+        return HotCommit(self.table.name, self.delta_num, self.rows_upserted, self.rows_deleted, self.data_path,
+                         self._rows_once_committed())
 
     def rollback(self) -> None:
         """Discard the delta and its files; its number is free again."""
@@ -528,6 +543,7 @@ class HotDelta:
     def mark_committed(self, commit_ts: float) -> None:
         """Close this delta as committed at `commit_ts`, once the catalog's commit
         transaction has ended: no write may follow, and `info` is its committed row."""
+        actual_rows = self._rows_once_committed()
         self._status = COMMITTED
         self.info = DeltaInfo(
             self.table.name,
@@ -540,6 +556,7 @@ class HotDelta:
             self.rows_upserted,
             self.rows_deleted,
             self.info.opened_at,
+            actual_rows,
         )
 
 
@@ -556,10 +573,6 @@ def _write_sorted(frame: DataFrame, path: str, primary_key: Sequence[str]) -> Da
     # "error", not its alias "errorifexists": Spark Connect accepts only the former.
     sorted_frame.write.mode("error").parquet(path)
     return sorted_frame
-
-
-def _stats(counts: dict[str, int]) -> WriteStats:
-    return WriteStats(counts[writes.UPSERT], counts[writes.DELETE], counts[writes.UNCHANGED])
 
 
 def _within(incoming: DataFrame, column: str) -> Column:

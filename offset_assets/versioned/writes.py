@@ -31,9 +31,10 @@ files are written, is `hot_delta.py`'s part.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -47,6 +48,7 @@ REFUSED, BAD_KEY, BAD_NULL, BAD_OP = "refused", "bad_key", "bad_null", "bad_op"
 CONFLICT_IN_WRITE, CONFLICT_IN_DELTA = "conflict_in_write", "conflict_in_delta"
 SEEN, UNCHANGED, UPSERT, DELETE = "seen", "unchanged", "upsert", "delete"
 PRIOR, ACTUAL = "__prior", "__actual"
+INSERTED = "__inserted"
 _INCOMING, _FIRST, _LAST = "__incoming", "__first_state", "__last_state"
 _BAD_NULL, _REFUSED = "__bad_null", "__refused"
 # The kinds a write is counted by: each one refuses it except the last four.
@@ -60,6 +62,9 @@ class WriteStats:
     rows_upserted: int
     rows_deleted: int
     rows_unchanged: int = 0
+    # The upserts of keys without an actual row: what the write adds to the table's actual
+    # rows, with the deletes taken off. None when the write did not classify its rows.
+    rows_inserted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,10 +209,24 @@ def classify(
     return states.select(*[F.col(f"`{c}`") for c in kept], kind.alias(KIND))
 
 
-def counts_of(classified: DataFrame) -> list[Column]:
+def counts_of(classified: DataFrame, committed: bool) -> list[Column]:
     """Aggregates counting `classified`'s rows per kind (one column per kind in `KINDS`),
-    for a `groupBy`-free count or one observed while the rows are written."""
-    return [F.sum(F.when(F.col(KIND) == kind, 1).otherwise(0)).alias(kind) for kind in KINDS]
+    for a `groupBy`-free count or one observed while the rows are written; with
+    `committed` (classified with candidates) also the upserts of keys without an actual
+    version (`INSERTED`), which `stats_of` reads."""
+    counts = [F.sum(F.when(F.col(KIND) == kind, 1).otherwise(0)).alias(kind) for kind in KINDS]
+    if committed:
+        actual = F.col(ACTUAL).isNotNull() & (F.col(ACTUAL)[SYS_OP] == OP_UPSERT)
+        counts.append(F.sum(F.when((F.col(KIND) == UPSERT) & ~actual, 1).otherwise(0)).alias(INSERTED))
+    return counts
+
+
+def stats_of(counts: Mapping[str, Any], committed: bool) -> WriteStats:
+    """The versions a write created, from the values of `counts_of`'s aggregates: with
+    nothing committed every upsert is of a key without an actual row."""
+    upserted = int(counts.get(UPSERT) or 0)
+    inserted = int(counts.get(INSERTED) or 0) if committed else upserted
+    return WriteStats(upserted, int(counts.get(DELETE) or 0), int(counts.get(UNCHANGED) or 0), inserted)
 
 
 def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int,

@@ -95,6 +95,24 @@ class DeltaQueries:
                 stored[name] = None if unknown else int(versions)
         return stored
 
+    def actual_rows(self, table_names: Sequence[str]) -> dict[str, int | None]:
+        """Each table's actual rows as of its last committed delta, in one statement: a row
+        count without a Spark job. 0 for a table without committed deltas; None when the
+        count is unknown (a delta committed before revision 0006 or written without one)."""
+        last = (
+            sa.select(table_delta.c.table_name, sa.func.max(table_delta.c.delta_num).label("delta_num"))
+            .where(table_delta.c.table_name.in_(list(table_names)), table_delta.c.status == COMMITTED)
+            .group_by(table_delta.c.table_name)
+            .subquery()
+        )
+        query = sa.select(table_delta.c.table_name, table_delta.c.actual_rows).join(
+            last, sa.and_(table_delta.c.table_name == last.c.table_name, table_delta.c.delta_num == last.c.delta_num))
+        rows: dict[str, int | None] = dict.fromkeys(table_names, 0)
+        with self.plane.begin() as conn:
+            for name, actual_rows in conn.execute(query):
+                rows[name] = None if actual_rows is None else int(actual_rows)
+        return rows
+
     def committed_beyond(self, table_name: str, offset: float | None) -> list[DeltaInfo]:
         """The non-empty committed deltas beyond `offset` (commit_ts > offset; every one
         when None): what a transformation whose offset this is has not processed yet. The

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -30,6 +31,10 @@ class DeltaInfo:
     rows_upserted: int | None
     rows_deleted: int | None
     opened_at: float | None = None
+    # The table's actual rows as of this delta (a hot delta: as of the last committed
+    # one); None when unknown (a delta committed before revision 0006 or after one whose
+    # count is unknown, a meta write).
+    actual_rows: int | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -60,7 +65,19 @@ class SnapshotInfo:
     stores_update_ts: bool = False
 
 
-HotCommit = tuple[str, int, int, int] | tuple[str, int, int, int, str]
+class HotCommit(NamedTuple):
+    """A hot delta as one commit marks it committed: its counts, and optionally the path
+    it was opened with (the commit is then refused if the delta was rolled back and the
+    number reused meanwhile) and the table's actual rows once it is committed."""
+
+    table_name: str
+    delta_num: int
+    rows_upserted: int
+    rows_deleted: int
+    data_path: str | None = None
+    actual_rows: int | None = None
+
+
 OnCommit = Callable[[Connection, float], None]
 
 
@@ -77,6 +94,7 @@ def delta_info(row: sa.Row) -> DeltaInfo:
         rows_upserted=row.rows_upserted,
         rows_deleted=row.rows_deleted,
         opened_at=row.opened_at,
+        actual_rows=None if row.actual_rows is None else int(row.actual_rows),
     )
 
 

@@ -61,12 +61,15 @@ class DeltaTransactions(DeltaQueries):
             try:
                 with self.plane.begin() as conn:
                     last = conn.execute(
-                        sa.select(sa.func.max(table_delta.c.delta_num)).where(
-                            table_delta.c.table_name == table_name,
-                            table_delta.c.status == COMMITTED,
-                        )
-                    ).scalar()
-                    num = (last or 0) + 1
+                        sa.select(table_delta.c.delta_num, table_delta.c.actual_rows)
+                        .where(table_delta.c.table_name == table_name, table_delta.c.status == COMMITTED)
+                        .order_by(table_delta.c.delta_num.desc())
+                        .limit(1)
+                    ).first()
+                    num = (last.delta_num if last else 0) + 1
+                    # What the delta's writes add to: the table's rows as of the last commit,
+                    # which no other writer can change while this delta is the hot one.
+                    actual_rows = (None if last.actual_rows is None else int(last.actual_rows)) if last else 0
                     path = data_path(num) if callable(data_path) else data_path
                     opened_at = time.time()
                     conn.execute(
@@ -78,9 +81,11 @@ class DeltaTransactions(DeltaQueries):
                             holder=holder,
                             run_id=run_id,
                             opened_at=opened_at,
+                            actual_rows=actual_rows,
                         )
                     )
-                return DeltaInfo(table_name, num, HOT, path, None, holder, run_id, None, None, opened_at)
+                return DeltaInfo(table_name, num, HOT, path, None, holder, run_id, None, None, opened_at,
+                                 actual_rows)
             except IntegrityError:
                 continue  # a concurrent opener or commit took the number: look again
         held = self.hot(table_name)
@@ -94,39 +99,42 @@ class DeltaTransactions(DeltaQueries):
                conn: Connection | None = None) -> float:
         """Commit hot deltas of one or more tables in ONE transaction; returns commit_ts.
 
-        Each item is (table, delta_num, rows_upserted, rows_deleted), optionally with the
-        delta's data_path as a fifth element: the commit is then refused if the hot row
-        was rolled back and reopened by someone else meanwhile. On any error (including
-        from `on_commit`) nothing is committed and the deltas stay hot. With `conn` the
+        Each item is a `HotCommit` (or a tuple of its fields: table, delta_num,
+        rows_upserted, rows_deleted, then optionally the data_path, which refuses the
+        commit if the hot row was rolled back and reopened by someone else meanwhile, and
+        the table's actual rows once committed). On any error (including from
+        `on_commit`) nothing is committed and the deltas stay hot. With `conn` the
         commit joins the caller's transaction, and is visible once that one commits.
         """
+        entries = [HotCommit(*item) for item in hot]
         seen: set[tuple[str, int]] = set()
-        for item in hot:
-            if (item[0], item[1]) in seen:
-                raise DeltaNotHotError(f"table {item[0]!r}: delta {item[1]} listed twice in one commit")
-            seen.add((item[0], item[1]))
+        for entry in entries:
+            if (entry.table_name, entry.delta_num) in seen:
+                raise DeltaNotHotError(
+                    f"table {entry.table_name!r}: delta {entry.delta_num} listed twice in one commit")
+            seen.add((entry.table_name, entry.delta_num))
         with self.plane.within(conn) as tx:
             commit_ts = self.bump_clock(tx)
-            for item in hot:
-                table_name, delta_num, rows_upserted, rows_deleted = item[:4]
+            for entry in entries:
                 query = table_delta.update().where(
-                    table_delta.c.table_name == table_name,
-                    table_delta.c.delta_num == delta_num,
+                    table_delta.c.table_name == entry.table_name,
+                    table_delta.c.delta_num == entry.delta_num,
                     table_delta.c.status == HOT,
                 )
-                if len(item) > 4:
-                    query = query.where(table_delta.c.data_path == item[4])
+                if entry.data_path is not None:
+                    query = query.where(table_delta.c.data_path == entry.data_path)
                 result = tx.execute(
                     query.values(
                         status=COMMITTED,
                         commit_ts=commit_ts,
-                        rows_upserted=int(rows_upserted),
-                        rows_deleted=int(rows_deleted),
+                        rows_upserted=int(entry.rows_upserted),
+                        rows_deleted=int(entry.rows_deleted),
+                        actual_rows=None if entry.actual_rows is None else int(entry.actual_rows),
                     )
                 )
                 if result.rowcount != 1:
-                    path = item[4] if len(item) > 4 else None
-                    raise DeltaNotHotError(self._not_hot_message(tx, table_name, delta_num, path))
+                    raise DeltaNotHotError(
+                        self._not_hot_message(tx, entry.table_name, entry.delta_num, entry.data_path))
             if on_commit is not None:
                 on_commit(tx, commit_ts)
         return commit_ts
