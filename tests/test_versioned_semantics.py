@@ -79,7 +79,8 @@ def test_delete_removes_the_key_and_leaves_a_tombstone_with_the_deleted_data(spa
     hot.commit()
     stores.write_delta(rows(spark, [(2, "b2", "basic")]))  # the key comes back in delta 3
 
-    assert deleted == WriteStats(rows_upserted=0, rows_deleted=1)
+    assert deleted == WriteStats(rows_upserted=0, rows_deleted=1, rows_inserted=0)
+    assert [stores.catalog.by_num("stores", n).actual_rows for n in (1, 2, 3)] == [3, 2, 3]
     assert versions(stores.read_actual(as_of_delta=2)) == [
         (1, "a", "basic", 1, None, 0),
         (3, "c", "vip", 2, None, 0),
@@ -111,7 +112,9 @@ def test_unchanged_rows_duplicates_and_deletes_of_absent_keys_create_no_version(
         )
     )
     second = hot.commit()
-    assert stats == WriteStats(rows_upserted=2, rows_deleted=0, rows_unchanged=2)
+    # Key 2 changed, key 3 is new: one inserted, and the table holds three actual rows.
+    assert stats == WriteStats(rows_upserted=2, rows_deleted=0, rows_unchanged=2, rows_inserted=1)
+    assert second.actual_rows == 3
     assert versions(stores.read_changes_since(second.commit_ts)) == [
         (2, "b", "vip", 2, None, 0),
         (3, "c", "basic", 2, None, 0),
@@ -149,7 +152,7 @@ def test_a_key_keeps_one_state_across_writes_into_the_same_hot_delta(spark, stor
         hot.delete(spark.createDataFrame([(1,)], "id long"))
     hot.commit()
 
-    assert first == WriteStats(1, 0, 1) and again == WriteStats(0, 0, 0)
+    assert first == WriteStats(1, 0, 1, 1) and again == WriteStats(0, 0, 0, 0)
     assert versions(stores.read_actual()) == [
         (1, "x", "basic", 2, None, 0),
         (5, "p", "basic", 1, None, 0),
