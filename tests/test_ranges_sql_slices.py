@@ -1,7 +1,7 @@
 """A SQL source's range is read by Spark's tasks in slices, never through the driver:
-the slices hold exactly the range's rows, the scan is a Python data source with one
-input partition per slice, and on a cluster or over Spark Connect the slices are read
-by the executors' processes."""
+the slices hold exactly the range's rows, the plan maps a range of slice numbers (one
+partition per slice) to their rows in Python, and on a cluster or over Spark Connect the
+slices are read by the executors' processes."""
 
 from __future__ import annotations
 
@@ -101,11 +101,11 @@ def test_an_empty_range_reads_no_rows(source_db, spark):
     assert (quiet.row_count, quiet.df.count(), quiet.df.columns) == (0, 0, ["id", "name", "created_at"])
 
 
-def test_no_row_passes_the_driver_the_plan_is_a_python_data_source_scan_of_the_slices(source_db, spark):
+def test_no_row_passes_the_driver_the_plan_maps_each_slice_number_to_its_rows(source_db, spark):
     source = SqlTableSource(source_db, "customers", id_column="id", rows_per_slice=25)
     batch = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "0", "100"))
     plan, partitions = scan_of(batch.df)
-    assert "BatchScan offset_assets_sql_slices" in plan and "(Python)" in plan
+    assert "MapInArrow" in plan and "Range (0, 4, step=1, splits=4)" in plan
     assert "LocalTableScan" not in plan and "LocalRelation" not in batch.df._jdf.queryExecution().toString()
     assert partitions == 4  # 100 rows, 25 a slice
     assert sorted(ids(batch)) == list(range(1, 101))
