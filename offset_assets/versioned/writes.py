@@ -200,7 +200,7 @@ def classify(
         same = _all([F.col(f"`{c}`").eqNullSafe(F.col(PRIOR)[c]) for c in state_columns])
         kind = kind.when(seen & ~same, CONFLICT_IN_DELTA).when(seen, SEEN)
     if candidates is not None:
-        exists = F.col(ACTUAL).isNotNull() & (F.col(ACTUAL)[SYS_OP] == OP_UPSERT)
+        exists = _has_actual_row()
         same = _all([F.col(f"`{c}`").eqNullSafe(F.col(ACTUAL)[c]) for c in values])
         kind = kind.when((op == OP_UPSERT) & exists & same, UNCHANGED)
         kind = kind.when((op == OP_DELETE) & exists, DELETE)
@@ -216,9 +216,13 @@ def counts_of(classified: DataFrame, committed: bool) -> list[Column]:
     version (`INSERTED`), which `stats_of` reads."""
     counts = [F.sum(F.when(F.col(KIND) == kind, 1).otherwise(0)).alias(kind) for kind in KINDS]
     if committed:
-        actual = F.col(ACTUAL).isNotNull() & (F.col(ACTUAL)[SYS_OP] == OP_UPSERT)
-        counts.append(F.sum(F.when((F.col(KIND) == UPSERT) & ~actual, 1).otherwise(0)).alias(INSERTED))
+        counts.append(F.sum(F.when((F.col(KIND) == UPSERT) & ~_has_actual_row(), 1).otherwise(0)).alias(INSERTED))
     return counts
+
+
+def _has_actual_row() -> Column:
+    """The key has an actual row: its newest committed version (`__actual`) is an upsert."""
+    return F.col(ACTUAL).isNotNull() & (F.col(ACTUAL)[SYS_OP] == OP_UPSERT)
 
 
 def stats_of(counts: Mapping[str, Any], committed: bool) -> WriteStats:

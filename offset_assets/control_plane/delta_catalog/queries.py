@@ -110,7 +110,7 @@ class DeltaQueries:
         rows: dict[str, int | None] = dict.fromkeys(table_names, 0)
         with self.plane.begin() as conn:
             for name, actual_rows in conn.execute(query):
-                rows[name] = None if actual_rows is None else int(actual_rows)
+                rows[name] = actual_rows
         return rows
 
     def committed_beyond(self, table_name: str, offset: float | None) -> list[DeltaInfo]:

@@ -94,7 +94,7 @@ def delta_info(row: sa.Row) -> DeltaInfo:
         rows_upserted=row.rows_upserted,
         rows_deleted=row.rows_deleted,
         opened_at=row.opened_at,
-        actual_rows=None if row.actual_rows is None else int(row.actual_rows),
+        actual_rows=row.actual_rows,
     )
 
 

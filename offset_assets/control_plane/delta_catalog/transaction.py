@@ -66,10 +66,9 @@ class DeltaTransactions(DeltaQueries):
                         .order_by(table_delta.c.delta_num.desc())
                         .limit(1)
                     ).first()
-                    num = (last.delta_num if last else 0) + 1
                     # What the delta's writes add to: the table's rows as of the last commit,
                     # which no other writer can change while this delta is the hot one.
-                    actual_rows = (None if last.actual_rows is None else int(last.actual_rows)) if last else 0
+                    num, actual_rows = (last.delta_num + 1, last.actual_rows) if last else (1, 0)
                     path = data_path(num) if callable(data_path) else data_path
                     opened_at = time.time()
                     conn.execute(
@@ -129,7 +128,7 @@ class DeltaTransactions(DeltaQueries):
                         commit_ts=commit_ts,
                         rows_upserted=int(entry.rows_upserted),
                         rows_deleted=int(entry.rows_deleted),
-                        actual_rows=None if entry.actual_rows is None else int(entry.actual_rows),
+                        actual_rows=entry.actual_rows,
                     )
                 )
                 if result.rowcount != 1:
