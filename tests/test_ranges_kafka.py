@@ -15,7 +15,7 @@ from offset_assets.ranges.kafka import (
     slices_end,
     with_values_expanded,
 )
-from offset_assets.ranges.kafka_slices import MESSAGE_SCHEMA, REDACTED, OffsetSlice, redacted
+from offset_assets.ranges.kafka_slices import MESSAGE_SCHEMA, REDACTED, OffsetSlice, SliceReading, redacted
 from offset_assets.ranges.planners import DataRange, RangeKind
 
 
@@ -98,3 +98,7 @@ def test_a_kafka_source_shows_its_secret_settings_redacted():
         "security.protocol": "SASL_SSL", "sasl.username": "ingest", "sasl.password": REDACTED,
         "ssl.key.password": REDACTED, "sasl.oauthbearer.client.secret": REDACTED}
     assert "'sasl.password': '*********(redacted)'" in shown and "'sasl.username': 'ingest'" in shown
+    # What the executors' tasks get (inside the function they run) shows them redacted too.
+    reading = SliceReading((OffsetSlice("orders", 0, 0, 5),), source.consumer_config, 5.0)
+    assert reading.consumer_config["sasl.password"] == "pw-4711"
+    assert "pw-4711" not in repr(reading) and "'sasl.password': '*********(redacted)'" in repr(reading)

@@ -1,11 +1,13 @@
-"""Reading a Kafka range on the executors: a PySpark Python data source whose input
-partitions are topic-partition offset slices.
+"""Reading a Kafka range on the executors, one Spark task per topic-partition offset slice.
 
-The driver plans one slice [start, stop) per topic-partition (`kafka.py`) and hands the
-slices to this data source; each Spark task opens its own confluent-kafka consumer,
-assigns its topic-partition at the slice's start and reads, in read-committed mode, up to
-the slice's stop. So the messages go from the brokers to the executors, never through
-the driver, and a task retried by Spark reads the same slice again.
+The driver plans one slice [start, stop) per topic-partition (`kafka.py`); the tasks
+are a range of slice numbers, one per partition, each mapped by `mapInArrow` to its
+slice's messages (as SQL ranges are read, `sql_slices.py`: one kind of Python worker,
+where a Python data source made every Spark Connect session start four). Each task opens
+its own confluent-kafka consumer, assigns its topic-partition at the slice's start and
+reads, in read-committed mode, up to the slice's stop. So the messages go from the
+brokers to the executors, never through the driver, and a task retried by Spark reads
+the same slice again.
 
 A slice's stop is at most the partition's last stable offset when the range was planned:
 every offset below it is decided (a committed message, an aborted one, a transaction
@@ -16,30 +18,31 @@ are read (their offsets give no count: transaction markers and aborted messages 
 offsets too) and kept on the executors' disks, and the write reads that copy.
 
 The consumer settings may hold secrets (`sasl.password`, `ssl.key.password`): they are
-not a data source option, which Spark keeps in the query's plan, but an attribute of a
-data source class made for them (`_source_for`), which reaches the executors pickled;
-reprs show them redacted (`redacted`).
+no part of the query's plan but of the function the tasks run (`SliceReading`), which
+reaches the executors pickled; reprs show them redacted (`redacted`).
 """
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from offset_assets.ranges.errors import SourceError
 
-FORMAT = "offset_assets_kafka_slices"
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Messages per Arrow record batch a task hands to Spark.
+BATCH_ROWS = 10_000
 
 MESSAGE_SCHEMA = T.StructType([
     T.StructField("kafka_topic", T.StringType(), False),
@@ -149,84 +152,60 @@ def read_slice(consumer_config: Mapping[str, Any], piece: OffsetSlice, timeout_s
         consumer.close()
 
 
-class KafkaSliceDataSource(DataSource):
-    """Options: `slices` (JSON list of OffsetSlice) and `timeout_s`. The consumer settings
-    are the class's `consumer_config`, set on a subclass per settings (`_source_for`)."""
+@dataclass(frozen=True)
+class SliceReading:
+    """What the tasks of one range need: its slices, the consumer settings and the
+    timeout. It reaches the executors inside the pickled function the tasks run, never
+    in the query's plan; its repr shows the settings redacted."""
 
-    format_name: ClassVar[str] = FORMAT
-    consumer_config: ClassVar[Mapping[str, Any]] = {}
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.format_name
-
-    def schema(self) -> T.StructType:
-        return MESSAGE_SCHEMA
-
-    def reader(self, schema: T.StructType) -> DataSourceReader:
-        return KafkaSliceReader(
-            [OffsetSlice(**s) for s in json.loads(self.options["slices"])],
-            self.consumer_config,
-            float(self.options["timeout_s"]),
-        )
-
-
-class KafkaSliceReader(DataSourceReader):
-    """One input partition per slice; each task reads its slice with a consumer of its own."""
-
-    def __init__(self, slices: Sequence[OffsetSlice], consumer_config: Mapping[str, Any],
-                 timeout_s: float) -> None:
-        self.slices = list(slices)
-        self.consumer_config = dict(consumer_config)
-        self.timeout_s = timeout_s
+    slices: tuple[OffsetSlice, ...]
+    consumer_config: Mapping[str, Any]
+    timeout_s: float
 
     def __repr__(self) -> str:
-        return f"KafkaSliceReader({self.slices}, {redacted(self.consumer_config)}, {self.timeout_s})"
-
-    def partitions(self) -> list[InputPartition]:
-        return [InputPartition(piece) for piece in self.slices]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
-        yield from read_slice(self.consumer_config, partition.value, self.timeout_s)
+        return f"SliceReading({list(self.slices)}, {redacted(self.consumer_config)}, {self.timeout_s})"
 
 
-_sources: dict[str, type[KafkaSliceDataSource]] = {}
-_sources_lock = threading.Lock()
+def _read_slices(reading: SliceReading, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The messages of the slices whose numbers a task gets (one, as `slices_frame`
+    partitions them), as Arrow record batches of at most `BATCH_ROWS` messages (runs on
+    an executor)."""
+    import pyarrow as pa  # on the executors only
+    from pyspark.sql.pandas.types import to_arrow_schema
 
+    schema = to_arrow_schema(MESSAGE_SCHEMA)
 
-def _source_for(consumer_config: Mapping[str, Any]) -> type[KafkaSliceDataSource]:
-    """The data source class holding `consumer_config`, one per distinct settings in this
-    process, each under a format name of its own (a numbered suffix, nothing of the
-    settings). Made with `type`, not defined in the module, so that it is pickled with
-    its attributes rather than by name."""
-    key = json.dumps(dict(consumer_config), sort_keys=True)
-    with _sources_lock:
-        if key not in _sources:
-            name = f"{FORMAT}_{len(_sources) + 1}"
-            _sources[key] = type(name, (KafkaSliceDataSource,), {
-                "__module__": __name__, "__doc__": KafkaSliceDataSource.__doc__,
-                "format_name": name, "consumer_config": dict(consumer_config),
-            })
-        return _sources[key]
+    def batch_of(rows: list[tuple]) -> pa.RecordBatch:
+        columns = list(zip(*rows, strict=True))
+        return pa.RecordBatch.from_arrays(
+            [pa.array(column, type=schema.field(i).type) for i, column in enumerate(columns)], schema=schema)
+
+    for batch in numbers:
+        for index in batch.column(0).to_pylist():
+            rows = []
+            for row in read_slice(reading.consumer_config, reading.slices[index], reading.timeout_s):
+                rows.append(row)
+                if len(rows) == BATCH_ROWS:
+                    yield batch_of(rows)
+                    rows = []
+            if rows:
+                yield batch_of(rows)
 
 
 def slices_frame(
     spark: SparkSession, slices: Sequence[OffsetSlice], consumer_config: Mapping[str, Any],
     timeout_s: float,
 ) -> DataFrame:
-    """The messages of `slices` as a lazy DataFrame read by the executors (MESSAGE_SCHEMA);
-    empty slices are left out, and no slice at all is an empty frame."""
-    to_read = [s for s in slices if s.start < s.stop]
+    """The messages of `slices` as a lazy DataFrame read by the executors (MESSAGE_SCHEMA):
+    the slice numbers, one per partition, each mapped to its slice's messages on the
+    executor that runs it. Empty slices are left out, and no slice at all is an empty
+    frame."""
+    to_read = tuple(s for s in slices if s.start < s.stop)
     if not to_read:
         return spark.createDataFrame([], MESSAGE_SCHEMA)
-    source = _source_for(consumer_config)
-    spark.dataSource.register(source)
-    return (
-        spark.read.format(source.name())
-        .option("slices", json.dumps([asdict(s) for s in to_read]))
-        .option("timeout_s", str(timeout_s))
-        .load()
-    )
+    reading = SliceReading(to_read, dict(consumer_config), timeout_s)
+    count = len(to_read)
+    return spark.range(0, count, 1, numPartitions=count).mapInArrow(partial(_read_slices, reading), MESSAGE_SCHEMA)
 
 
 def read_slices(
