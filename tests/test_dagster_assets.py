@@ -298,7 +298,7 @@ def test_engine_settings_come_from_the_resource(spark, store, warehouse):
     assert (engine.lease_ttl_s, engine.pushdown_limit) == (12.5, 7)
 
 
-def test_row_count_is_the_catalogs_and_a_table_it_cannot_count_is_counted_by_spark_unless_turned_off(
+def test_row_count_is_the_catalogs_and_a_table_it_cannot_count_is_counted_by_spark_and_recorded_unless_turned_off(
         spark, world, store, warehouse):
     seed(world)
     counted = engine_resources(store, warehouse)
@@ -321,7 +321,12 @@ def test_row_count_is_the_catalogs_and_a_table_it_cannot_count_is_counted_by_spa
     world.write_posts([(15, 3, "f")])
     third = dg.materialize([enriched_asset()], resources=counted)
     assert materialization(third, "enriched_posts")["dagster/row_count"] == 6  # counted by Spark
-    assert world.enriched.last_committed().actual_rows is None
+    # ... as of the last committed delta, and recorded there: the next commit knows its count.
+    assert world.enriched.last_committed().actual_rows == 6
+    world.write_posts([(16, 1, "g")])
+    fourth = dg.materialize([enriched_asset()], resources=uncounted)
+    assert materialization(fourth, "enriched_posts")["dagster/row_count"] == 7
+    assert world.enriched.last_committed().actual_rows == 7 == world.enriched.read_actual().count()
 
 
 def test_batch_commit_mode_commits_each_batch_as_its_own_delta(world, resources):

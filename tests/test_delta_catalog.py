@@ -117,6 +117,21 @@ def test_each_delta_records_the_tables_actual_rows_and_a_hot_delta_starts_from_t
     assert _open(catalog, "customers").actual_rows is None
 
 
+def test_a_count_taken_by_the_caller_is_recorded_only_for_a_committed_delta_without_one(catalog):
+    _open(catalog, "customers")
+    catalog.commit([("customers", 1, 4, 0)])  # written without a count
+    assert not catalog.record_actual_rows("customers", 2, 4)  # no such committed delta
+    assert catalog.record_actual_rows("customers", 1, 4)
+    assert catalog.actual_rows(["customers"]) == {"customers": 4}
+    assert not catalog.record_actual_rows("customers", 1, 5)  # a known count is kept
+    assert catalog.by_num("customers", 1).actual_rows == 4
+    # The next hot delta starts from it, so its commit knows its count again.
+    assert _open(catalog, "customers").actual_rows == 4
+    assert not catalog.record_actual_rows("customers", 2, 4)  # hot, not committed
+    with pytest.raises(ValueError, match="'customers'.*negative, got -1"):
+        catalog.record_actual_rows("customers", 1, -1)
+
+
 def test_commit_of_several_tables_is_one_timestamp(catalog):
     _open(catalog, "orders")
     _open(catalog, "customers")

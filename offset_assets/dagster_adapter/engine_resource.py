@@ -73,8 +73,9 @@ class IncrementalEngineResource(dg.ConfigurableResource):
     row_count: bool = Field(
         default=True,
         description="Report dagster/row_count even for a table whose row count the delta catalog "
-        "does not know (deltas committed before its revision 0006): one Spark job over the table "
-        "each run. Known counts cost no Spark job and are always reported.",
+        "does not know (deltas committed before its revision 0006): one Spark job over the table, "
+        "whose count the catalog then records, so the commits after it know theirs. Known counts "
+        "cost no Spark job and are always reported.",
     )
 
     def control_plane(self) -> ControlPlane:
@@ -111,17 +112,29 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         """`dagster/row_count` of the assets' tables: their actual rows as the delta catalog
         records them at each commit, in one control-plane read (no Spark job). A table the
         catalog has no count for is counted by one Spark job when `row_count` is on, and
-        left out otherwise."""
+        left out otherwise; the count is recorded for the delta it was taken at, so the
+        commits that follow know theirs again."""
         names = {key: table_name_for(key) for key in asset_keys}
-        known = DeltaCatalog(self.control_plane()).actual_rows(list(names.values()))
+        catalog = DeltaCatalog(self.control_plane())
+        known = catalog.actual_rows(list(names.values()))
         counts: dict[dg.AssetKey, int] = {}
         for key, name in names.items():
             rows = known.get(name)
             if rows is None and self.row_count:
-                rows = self.table(key).read_actual().count()
+                rows = self._count_and_record(catalog, key, name)
             if rows is not None:
                 counts[key] = rows
         return counts
+
+    def _count_and_record(self, catalog: DeltaCatalog, key: dg.AssetKey, name: str) -> int | None:
+        """The table's actual rows as of its last committed delta, counted by Spark and
+        recorded in the catalog for that delta."""
+        last = catalog.last_committed(name)
+        if last is None:
+            return None
+        rows = self.table(key).read_actual(as_of_delta=last.delta_num).count()
+        catalog.record_actual_rows(name, last.delta_num, rows)
+        return rows
 
     def registered_table(self, name: str) -> VersionedTable | None:
         """The versioned table `name` as the delta catalog registered it, or None (no

@@ -175,6 +175,23 @@ class DeltaTransactions(DeltaQueries):
             raise DeltaNotHotError(f"table {table_name!r}: delta {delta_num} is committed and cannot be rolled back")
         return False
 
+    def record_actual_rows(self, table_name: str, delta_num: int, rows: int) -> bool:
+        """Record `rows`, the table's actual rows as of committed delta `delta_num` (counted
+        by the caller), where the catalog has no count for that delta (one committed before
+        revision 0006, or after a write that did not count its keys); the deltas committed
+        from then on derive theirs from it. False when the delta is not committed or
+        already has a count, which is kept."""
+        if rows < 0:
+            raise ValueError(f"table {table_name!r}: a row count cannot be negative, got {rows}")
+        with self.plane.begin() as conn:
+            recorded = conn.execute(
+                table_delta.update()
+                .where(table_delta.c.table_name == table_name, table_delta.c.delta_num == delta_num,
+                       table_delta.c.status == COMMITTED, table_delta.c.actual_rows.is_(None))
+                .values(actual_rows=rows)
+            )
+            return recorded.rowcount == 1
+
     def _not_hot_message(self, conn: Connection, table_name: str, delta_num: int, data_path: str | None) -> str:
         row = conn.execute(
             sa.select(table_delta.c.status, table_delta.c.holder, table_delta.c.data_path).where(
