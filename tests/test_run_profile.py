@@ -17,7 +17,9 @@ from bench.posts_world import make_world
 from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter import OffsetStore
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.evaluation import CODEGEN_FACTORY_MODE
 from offset_assets.engine.profile import OTHER, PHASES, TAG_PREFIX, Profiler
+from offset_assets.spark import temporary_setting
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
 from tests.test_dagster_assets import enriched_asset, materialization, seed, user_post_stats_asset
@@ -61,6 +63,22 @@ def test_a_runs_profile_names_its_phases_and_counts_the_jobs_count_spark_jobs_co
     assert sum(phase.seconds for phase in profile.phases) == pytest.approx(profile.wall_s)
     assert profile.wall_s <= result.duration_s
     assert f"{jobs.count} Spark job(s)" in result.summary()
+    # The driver JVM's own time: a small run evaluates interpreted, so compiles no code.
+    jvm = profile.driver_jvm
+    assert jvm is not None and jvm.gc_s >= 0 and (jvm.classes_compiled, jvm.compile_s) == (0, 0)
+    assert f"Driver JVM during the run: {jvm}." in profile.markdown() and str(jvm) in profile.describe()
+    assert profile.as_dict()["driver_jvm"] == {"gc_s": round(jvm.gc_s, 4), "classes_compiled": 0, "compile_s": 0}
+
+
+def test_a_run_that_compiles_its_expressions_shows_the_code_it_compiled_in_its_profile(
+        spark, sqlite_url, warehouse):
+    plane, src, _dst, copy = copy_world(spark, sqlite_url, warehouse)
+    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    compiling = IncrementalEngine(spark, plane, interpreted_rows_limit=0)
+    with temporary_setting(spark, CODEGEN_FACTORY_MODE, "FALLBACK"):  # a user's session: compiling
+        jvm = compiling.run_full(copy).profile.driver_jvm
+    # Its delta numbers and offsets are literals in the generated code: new code to compile.
+    assert jvm.classes_compiled > 0 and jvm.compile_s > 0, jvm
 
 
 def test_a_run_with_nothing_to_do_has_a_profile_of_no_spark_job(spark, sqlite_url, warehouse):
@@ -161,6 +179,7 @@ def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or
     assert sum(phase["seconds"] for phase in profile["phases"].values()) == pytest.approx(profile["wall_s"], abs=1e-3)
     assert profile["wall_s"] <= run["duration_s"] + 1e-4
     assert profile["phases"]["output_write"]["seconds"] > 0
+    assert profile["driver_jvm"] is None  # the server's JVM is not the client's to read
     # The Dagster metadata: the table of times, no job count, and why.
     assert "profile.spark_jobs" not in run["metadata"]
     assert "| output_write |" in run["metadata"]["profile"]

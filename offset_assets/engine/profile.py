@@ -17,8 +17,16 @@ run's jobs and each one's phase. Profiling starts no Spark job: two JVM calls pe
 entered, and at the end three per phase and about ten per job. Tags are per thread: jobs other Python
 threads start are not the run's (nor counted by `count_spark_jobs`).
 
+Besides its phases and jobs, a run's driver JVM spends time no phase or job shows:
+garbage collection, and compiling the Java code Spark generates for a query's
+expressions (`DriverJvmTime`, read from the JVM's counters at the start and the end: 34
+JVM calls, a few milliseconds). A young JVM, or a query whose literals make its code new, can spend much of a
+small run there. The counters are the JVM's, not the run's: work of other threads at the
+same time (another run in the same session) counts too.
+
 Over Spark Connect the client has no SparkContext to tag jobs with or status store to
-read: the profile then has the driver's times only and says its jobs were not counted.
+read, nor the server's JVM: the profile then has the driver's times only and says its
+jobs were not counted.
 """
 
 from __future__ import annotations
@@ -59,6 +67,36 @@ class ProfiledJob:
 
 
 @dataclass(frozen=True)
+class DriverJvmTime:
+    """The driver JVM's garbage collection (seconds of its collectors) and compilation of
+    Spark's generated code (classes compiled, seconds): as counters since the JVM
+    started (`read`), or what a run added to them (`since`)."""
+
+    gc_s: float
+    classes_compiled: int
+    compile_s: float
+
+    @classmethod
+    def read(cls, sc: SparkContext) -> DriverJvmTime:
+        jvm = sc._jvm
+        collectors = getattr(jvm, "java.lang.management.ManagementFactory").getGarbageCollectorMXBeans()
+        # By index: iterating a Java list from Python ends in an exception the JVM throws,
+        # which PySpark's error conversion inspects with some fifty more JVM calls.
+        gc_ms = sum(max(0, collectors[i].getCollectionTime()) for i in range(len(collectors)))  # -1: unknown
+        codegen = getattr(jvm, "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator")
+        compilations = getattr(jvm, "org.apache.spark.metrics.source.CodegenMetrics").METRIC_COMPILATION_TIME()
+        return cls(gc_ms / 1000, compilations.getCount(), codegen.compileTime() / 1e9)
+
+    def since(self, start: DriverJvmTime) -> DriverJvmTime:
+        return DriverJvmTime(self.gc_s - start.gc_s, self.classes_compiled - start.classes_compiled,
+                             self.compile_s - start.compile_s)
+
+    def __str__(self) -> str:
+        return (f"garbage collection {self.gc_s:.3f} s, {self.classes_compiled} classes of generated code "
+                f"compiled in {self.compile_s:.3f} s")
+
+
+@dataclass(frozen=True)
 class PhaseProfile:
     """One phase's driver wall time (its own, without inner phases) and the Spark jobs
     it started (None when jobs were not counted) with their summed wall time."""
@@ -77,7 +115,9 @@ class RunProfile:
     `wall_s` is the run's wall time up to reading the profile; the phases add up to
     it. `jobs_counted` is False when the jobs could not be read (`not_counted` says
     why: Spark Connect, or more jobs than the status store keeps); `jobs` is then
-    empty. `status_store_s` is what reading the jobs cost the driver."""
+    empty. `status_store_s` is what reading the jobs cost the driver. `driver_jvm`: the
+    driver JVM's garbage collection and code compilation during the run (None over Spark
+    Connect)."""
 
     wall_s: float
     phases: tuple[PhaseProfile, ...]
@@ -85,6 +125,7 @@ class RunProfile:
     jobs_counted: bool = True
     not_counted: str | None = None
     status_store_s: float = 0.0
+    driver_jvm: DriverJvmTime | None = None
 
     @property
     def job_count(self) -> int | None:
@@ -101,6 +142,8 @@ class RunProfile:
                          f"{_text(phase.job_seconds, '.3f')} |")
         job_seconds = sum(job.seconds or 0.0 for job in self.jobs) if self.jobs_counted else None
         lines.append(f"| **total** | {self.wall_s:.3f} | {_text(self.job_count)} | {_text(job_seconds, '.3f')} |")
+        if self.driver_jvm is not None:
+            lines += ["", f"Driver JVM during the run: {self.driver_jvm}."]
         if not self.jobs_counted:
             lines += ["", f"Spark jobs not counted: {self.not_counted}."]
         return "\n".join(lines)
@@ -109,6 +152,8 @@ class RunProfile:
         """Phases, then one line per job: for the debug log and benchmark reports."""
         phases = ", ".join(f"{phase.name} {phase.seconds:.3f} s/{_text(phase.jobs)} jobs" for phase in self.phases)
         head = f"{self.wall_s:.3f} s, {_text(self.job_count)} Spark jobs: {phases}"
+        if self.driver_jvm is not None:
+            head += f"; driver JVM: {self.driver_jvm}"
         if not self.jobs_counted:
             return f"{head}; jobs not counted: {self.not_counted}"
         return "\n".join([head, *(f"  {job}" for job in self.jobs)])
@@ -120,6 +165,9 @@ class RunProfile:
             "spark_jobs": self.job_count,
             "not_counted": self.not_counted,
             "status_store_s": round(self.status_store_s, 4),
+            "driver_jvm": None if self.driver_jvm is None else {
+                "gc_s": round(self.driver_jvm.gc_s, 4), "classes_compiled": self.driver_jvm.classes_compiled,
+                "compile_s": round(self.driver_jvm.compile_s, 4)},
             "phases": {phase.name: {"seconds": round(phase.seconds, 4), "jobs": phase.jobs,
                                     "job_seconds": None if phase.job_seconds is None else round(phase.job_seconds, 4)}
                        for phase in self.phases},
@@ -143,6 +191,7 @@ class Profiler:
     _stack: list[str] = field(default_factory=list)
     _since: float = 0.0
     _tagging: bool = False
+    _jvm_at_start: DriverJvmTime | None = None
 
     @classmethod
     def start(cls, spark: SparkSession) -> Profiler:
@@ -151,6 +200,7 @@ class Profiler:
         if profiler.sc is not None:
             profiler.sc.addJobTag(profiler.run_tag)
             profiler._tagging = True
+            profiler._jvm_at_start = DriverJvmTime.read(profiler.sc)
         return profiler
 
     @contextmanager
@@ -191,17 +241,19 @@ class Profiler:
             return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
                               jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)
         reading = time.monotonic()
+        driver_jvm = DriverJvmTime.read(self.sc).since(self._jvm_at_start) if self._jvm_at_start else None
         try:
             jobs = self._jobs(list(self.seconds))
         except SparkJobCountError as exc:
             return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
                               jobs_counted=False, not_counted=str(exc),
-                              status_store_s=time.monotonic() - reading)
+                              status_store_s=time.monotonic() - reading, driver_jvm=driver_jvm)
         counts = Counter(job.phase for job in jobs)
         phases_profiled = tuple(
             PhaseProfile(name, s, counts[name], sum(job.seconds or 0.0 for job in jobs if job.phase == name))
             for name, s in seconds.items())
-        return RunProfile(wall, phases_profiled, tuple(jobs), status_store_s=time.monotonic() - reading)
+        return RunProfile(wall, phases_profiled, tuple(jobs), status_store_s=time.monotonic() - reading,
+                          driver_jvm=driver_jvm)
 
     def _jobs(self, phases: list[str]) -> list[ProfiledJob]:
         """The run's jobs, each with the phase whose tag it carried (`other`: none)."""
