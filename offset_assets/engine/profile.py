@@ -241,7 +241,8 @@ class Profiler:
             return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
                               jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)
         reading = time.monotonic()
-        driver_jvm = DriverJvmTime.read(self.sc).since(self._jvm_at_start) if self._jvm_at_start else None
+        driver_jvm = (None if self._jvm_at_start is None
+                      else DriverJvmTime.read(self.sc).since(self._jvm_at_start))
         try:
             jobs = self._jobs(list(self.seconds))
         except SparkJobCountError as exc:

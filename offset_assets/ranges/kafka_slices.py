@@ -1,9 +1,7 @@
 """Reading a Kafka range on the executors, one Spark task per topic-partition offset slice.
 
-The driver plans one slice [start, stop) per topic-partition (`kafka.py`); the tasks
-are a range of slice numbers, one per partition, each mapped by `mapInArrow` to its
-slice's messages (as SQL ranges are read, `sql_slices.py`: one kind of Python worker,
-where a Python data source made every Spark Connect session start four). Each task opens
+The driver plans one slice [start, stop) per topic-partition (`kafka.py`); Spark runs
+one task per slice (`slice_tasks.py`, as SQL ranges are read). Each task opens
 its own confluent-kafka consumer, assigns its topic-partition at the slice's start and
 reads, in read-committed mode, up to the slice's stop. So the messages go from the
 brokers to the executors, never through the driver, and a task retried by Spark reads
@@ -28,7 +26,6 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
@@ -37,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
+from offset_assets.ranges.slice_tasks import slice_tasks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -165,47 +163,41 @@ class SliceReading:
     def __repr__(self) -> str:
         return f"SliceReading({list(self.slices)}, {redacted(self.consumer_config)}, {self.timeout_s})"
 
+    def read_slice_number(self, index: int) -> Iterator[pa.RecordBatch]:
+        """Slice `index`'s messages as Arrow record batches of at most `BATCH_ROWS` (runs on
+        an executor)."""
+        import pyarrow as pa  # on the executors only
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-def _read_slices(reading: SliceReading, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The messages of the slices whose numbers a task gets (one, as `slices_frame`
-    partitions them), as Arrow record batches of at most `BATCH_ROWS` messages (runs on
-    an executor)."""
-    import pyarrow as pa  # on the executors only
-    from pyspark.sql.pandas.types import to_arrow_schema
+        schema = to_arrow_schema(MESSAGE_SCHEMA)
 
-    schema = to_arrow_schema(MESSAGE_SCHEMA)
+        def batch_of(rows: list[tuple]) -> pa.RecordBatch:
+            columns = list(zip(*rows, strict=True))
+            return pa.RecordBatch.from_arrays(
+                [pa.array(column, type=schema.field(i).type) for i, column in enumerate(columns)], schema=schema)
 
-    def batch_of(rows: list[tuple]) -> pa.RecordBatch:
-        columns = list(zip(*rows, strict=True))
-        return pa.RecordBatch.from_arrays(
-            [pa.array(column, type=schema.field(i).type) for i, column in enumerate(columns)], schema=schema)
-
-    for batch in numbers:
-        for index in batch.column(0).to_pylist():
-            rows = []
-            for row in read_slice(reading.consumer_config, reading.slices[index], reading.timeout_s):
-                rows.append(row)
-                if len(rows) == BATCH_ROWS:
-                    yield batch_of(rows)
-                    rows = []
-            if rows:
+        rows = []
+        for row in read_slice(self.consumer_config, self.slices[index], self.timeout_s):
+            rows.append(row)
+            if len(rows) == BATCH_ROWS:
                 yield batch_of(rows)
+                rows = []
+        if rows:
+            yield batch_of(rows)
 
 
 def slices_frame(
     spark: SparkSession, slices: Sequence[OffsetSlice], consumer_config: Mapping[str, Any],
     timeout_s: float,
 ) -> DataFrame:
-    """The messages of `slices` as a lazy DataFrame read by the executors (MESSAGE_SCHEMA):
-    the slice numbers, one per partition, each mapped to its slice's messages on the
-    executor that runs it. Empty slices are left out, and no slice at all is an empty
-    frame."""
+    """The messages of `slices` as a lazy DataFrame read by the executors (MESSAGE_SCHEMA),
+    one task per slice (`slice_tasks.py`). Empty slices are left out, and no slice at all
+    is an empty frame."""
     to_read = tuple(s for s in slices if s.start < s.stop)
     if not to_read:
         return spark.createDataFrame([], MESSAGE_SCHEMA)
     reading = SliceReading(to_read, dict(consumer_config), timeout_s)
-    count = len(to_read)
-    return spark.range(0, count, 1, numPartitions=count).mapInArrow(partial(_read_slices, reading), MESSAGE_SCHEMA)
+    return slice_tasks(spark, len(to_read), reading.read_slice_number, MESSAGE_SCHEMA)
 
 
 def read_slices(

@@ -6,14 +6,11 @@ types. Spark runs one task per slice; the task opens its own connection to the s
 and yields Arrow record batches of `fetch_size` rows. No row passes the driver: it plans
 the slices, and the engine's write commits what the executors read.
 
-How the tasks are made: a range of slice numbers, one per partition (`spark.range`), each
-mapped to its slice's rows by `mapInArrow`. Spark starts one kind of Python worker for
-it, the one every Python function of a session uses. A Python data source
-(`pyspark.sql.datasource`) asked for four: the look-up of data sources, the data source
-itself, the planning of its read and the read, each a Python daemon of its own, and a
-Spark Connect session starts its own daemons, so every Dagster run over Connect paid them
-again (a session's first read of a 100-row range 3.3-3.8 s, now 1.6-2.1 s; the next reads
-0.15-0.22 s either way; 2-core machine, a fresh local server).
+The tasks are a range of slice numbers, each mapped to its slice's rows
+(`slice_tasks.py`), not a Python data source, whose four kinds of Python daemon every
+Spark Connect session started again (a session's first read of a 100-row range 3.3-3.8 s,
+now 1.6-2.1 s; the next reads 0.15-0.22 s either way; 2-core machine, a fresh local
+server).
 
 Why Python and not Spark's JDBC reader:
 - the rows go through the same SQLAlchemy dialect and column types the driver reflects
@@ -38,7 +35,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from functools import partial
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,6 +45,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
+from offset_assets.ranges.slice_tasks import slice_tasks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -261,16 +258,10 @@ class SlicedRead:
                 f"{field.dataType.simpleString()}: {exc}"
             ) from None
 
+    def read_slice_number(self, index: int) -> Iterator[pa.RecordBatch]:
+        """Slice `index`'s rows (`slice_tasks` hands a task its slice's number)."""
+        return self.read_slice(self.slices()[index])
+
     def dataframe(self, spark: SparkSession) -> DataFrame:
-        """The range as a DataFrame read by one task per slice: the slice numbers, one per
-        partition, each mapped to its slice's rows on the executor that runs it."""
-        slices = len(self.slices())
-        return spark.range(0, slices, 1, numPartitions=slices).mapInArrow(partial(_read_slices, self), self.schema)
-
-
-def _read_slices(plan: SlicedRead, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The rows of the slices whose numbers a task gets (one, as `dataframe` partitions them)."""
-    pieces = plan.slices()
-    for batch in numbers:
-        for index in batch.column(0).to_pylist():
-            yield from plan.read_slice(pieces[index])
+        """The range as a DataFrame read by one task per slice (`slice_tasks.py`)."""
+        return slice_tasks(spark, len(self.slices()), self.read_slice_number, self.schema)
