@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
 from offset_assets.versioned import VersionedTable
@@ -64,3 +64,38 @@ def test_incompatible_definitions_of_a_registered_table_are_refused(
     VersionedTable(spark, plane, "customers", ["id"], V1, warehouse=warehouse)
     with pytest.raises(TableDefinitionError, match=rf"table 'customers': {message}"):
         VersionedTable(spark, plane, "customers", primary_key, schema, warehouse=warehouse)
+
+
+AWKWARD = StructType([
+    StructField("post id", LongType(), False),
+    StructField("a b", StringType(), False),
+    StructField("x.y", LongType()),
+    StructField("nested", StructType([StructField("in:ner", LongType()), StructField("o'k", StringType())])),
+])
+
+
+def test_columns_named_with_spaces_dots_colons_and_quotes_are_written_versioned_and_read(
+    spark, sqlite_url, warehouse
+):
+    plane = connect(sqlite_url)
+    table = VersionedTable(spark, plane, "awkward", ["post id"], AWKWARD, warehouse=warehouse)
+    table.write_delta(spark.createDataFrame([(1, "one", 10, (1, "p")), (2, "two", 20, (2, "q"))], AWKWARD))
+    # The same row again (no version), a changed one, a new one; `x.y` given as an int.
+    given = StructType([*AWKWARD.fields[:2], StructField("x.y", IntegerType()), AWKWARD.fields[3]])
+    second = table.write_delta(spark.createDataFrame([(1, "one", 10, (1, "p")), (2, "TWO", 21, (2, "r")),
+                                                     (3, "three", None, None)], given))
+    assert (second.rows_upserted, second.rows_deleted) == (2, 0)
+    deletes = StructType([*AWKWARD.fields, StructField("sys_op", IntegerType())])
+    third = table.write_delta(spark.createDataFrame([(1, "gone", None, None, 1)], deletes))
+    assert (third.rows_upserted, third.rows_deleted) == (0, 1)
+
+    def rows(df):
+        return sorted((r["post id"], r["a b"], r["x.y"], tuple(r["nested"]) if r["nested"] else None)
+                      for r in df.collect())
+
+    assert rows(table.read_actual()) == [(2, "TWO", 21, (2, "r")), (3, "three", None, None)]
+    assert rows(table.read_actual(as_of_delta=1)) == [(1, "one", 10, (1, "p")), (2, "two", 20, (2, "q"))]
+    # The tombstone carries the deleted version's data; history ends each replaced version.
+    assert rows(table.read_finished_in(3, 3)) == [(1, "one", 10, (1, "p"))]
+    ended = {(r["post id"], r["sys_from"], r["sys_to"]) for r in table.read_started_in(1, 3).collect()}
+    assert ended == {(1, 1, 2), (2, 1, 1), (2, 2, None), (3, 2, None)}

@@ -74,6 +74,7 @@ from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
 from offset_assets.versioned.observed import ObservedAggregates
 from offset_assets.versioned.reads import TableReader, versions_bound
+from offset_assets.versioned.sql_text import quoted
 from offset_assets.versioned.table_schema import conform
 from offset_assets.versioned.writes import Refusal, Replacement, WriteStats
 
@@ -204,8 +205,8 @@ class HotDelta:
         self._check_writable("write to")
         table = self.table
         incoming = conform(table.name, df, table.schema, table.primary_key, given=column_types)
-        versions = incoming.select(*[F.col(f"`{c}`") for c in table.data_columns],
-                                   F.lit(0).alias(SYS_OP), F.lit(self.delta_num).cast("long").alias("sys_from"))
+        versions = incoming.selectExpr(*[quoted(c) for c in table.data_columns],
+                                       f"0 AS {SYS_OP}", f"CAST({int(self.delta_num)} AS BIGINT) AS sys_from")
         number = self._writes + 1
         path = write_path(self.data_path, number)
         try:

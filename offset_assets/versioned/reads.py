@@ -35,14 +35,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+from pyspark.sql.types import DoubleType, StructField, StructType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS
+from offset_assets.versioned.sql_text import case_when, quoted
 from offset_assets.versioned.table_schema import file_schema
 
 _BROADCAST_LIMIT: ContextVar[int | None] = ContextVar("offset_assets_broadcast_limit", default=None)
@@ -108,38 +109,38 @@ class TableReader:
         return self.spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*paths)
 
     @staticmethod
-    def update_ts_of(deltas: Sequence[DeltaInfo]) -> Column:
-        """update_ts of each version: the commit_ts of its delta, looked up in an array
-        literal indexed by delta number. An expression, not a join: a broadcast of even a
-        tiny relation is a Spark job of its own, and every read needs this column. The
-        literal is one SQL expression (one call to the JVM), not a column per delta: a
-        table keeps thousands of deltas, and a read must not cost a JVM call for each."""
+    def update_ts_of(deltas: Sequence[DeltaInfo]) -> str:
+        """update_ts of each version (SQL text): the commit_ts of its delta, looked up in
+        an array literal indexed by delta number. An expression, not a join: a broadcast
+        of even a tiny relation is a Spark job of its own, and every read needs this
+        column. The literal is text, not a column per delta: a table keeps thousands of
+        deltas, and a read must not cost a JVM call for each."""
         if not deltas:
-            return F.lit(None).cast(DoubleType())
+            return "CAST(NULL AS DOUBLE)"
         base = min(d.delta_num for d in deltas)
         by_num = {d.delta_num: d.commit_ts for d in deltas}
         times = [by_num.get(num) for num in range(base, max(by_num) + 1)]
         # repr() of a float is the shortest text that parses back to the same double.
-        lookup = F.expr("array({})".format(", ".join(
-            "CAST(NULL AS DOUBLE)" if ts is None else f"{float(ts)!r}D" for ts in times)))
-        position = (F.col(SYS_FROM) - F.lit(base) + F.lit(1)).cast("int")
-        return F.when(position.between(1, len(times)), F.element_at(lookup, position))
+        lookup = "array({})".format(", ".join(
+            "CAST(NULL AS DOUBLE)" if ts is None else f"{float(ts)!r}D" for ts in times))
+        position = f"CAST({SYS_FROM} - {base} + 1 AS INT)"
+        return case_when([(f"{position} BETWEEN 1 AND {len(times)}", f"element_at({lookup}, {position})")])
 
-    def finish(self, versions: DataFrame, deltas: Sequence[DeltaInfo], sys_to: Column,
+    def finish(self, versions: DataFrame, deltas: Sequence[DeltaInfo], sys_to: str,
                stored_update_ts: bool = False) -> DataFrame:
         """Add update_ts (looked up in `deltas`; with `stored_update_ts`, the column's own
-        value where a snapshot stored one) and sys_to; columns in the documented order.
-        One projection: in classic PySpark each DataFrame step is analysed at once, a JVM
-        round trip that grows with the plan."""
+        value where a snapshot stored one) and sys_to (SQL text); columns in the
+        documented order. One projection, as text (`sql_text.py`): in classic PySpark
+        each DataFrame step is analysed at once, and each Column call is a JVM round trip."""
         update_ts = self.update_ts_of(deltas)
         if stored_update_ts:
-            update_ts = F.coalesce(F.col(UPDATE_TS), update_ts)
-        return versions.select(
-            *[F.col(f"`{c}`") for c in self.schema.fieldNames()],
-            F.col(SYS_FROM),
-            sys_to.cast(LongType()).alias(SYS_TO),
-            F.col(SYS_OP),
-            update_ts.alias(UPDATE_TS),
+            update_ts = f"coalesce({UPDATE_TS}, {update_ts})"
+        return versions.selectExpr(
+            *[quoted(c) for c in self.schema.fieldNames()],
+            SYS_FROM,
+            f"CAST({sys_to} AS BIGINT) AS {SYS_TO}",
+            SYS_OP,
+            f"{update_ts} AS {UPDATE_TS}",
         )
 
     # -- reads -------------------------------------------------------------------------
@@ -156,7 +157,7 @@ class TableReader:
         the snapshot stores its rows' update_ts, else every non-empty delta)."""
         stored = snapshot is not None and snapshot.stores_update_ts
         state = self.actual_versions(snapshot, deltas_after, row_filter, with_update_ts=stored)
-        return self.finish(state, spanned_deltas, F.lit(None), stored_update_ts=stored)
+        return self.finish(state, spanned_deltas, "NULL", stored_update_ts=stored)
 
     def actual_versions(
         self,
@@ -187,7 +188,7 @@ class TableReader:
                 # its own, and a join's size estimate (the product of its sides) would make
                 # every join above it shuffle.
                 merged = self._latest(base.unionByName(versions).coalesce(1))
-                return _apply(merged.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
+                return _apply(merged.where(f"{SYS_OP} = {OP_UPSERT}"), value_filters)
             if len(deltas_after) > 1:
                 # Versions the catalog bounds within the limit are ranked in one partition:
                 # the window plans no exchange (a Spark job of its own under adaptive execution).
@@ -199,7 +200,7 @@ class TableReader:
                 if limit is not None and not bounded:
                     replaced = replaced.hint("merge")  # shuffled: not held whole by one JVM
                 base = base.join(replaced, on=self.primary_key, how="left_anti")
-            live = _apply(latest.where(F.col(SYS_OP) == OP_UPSERT), value_filters)
+            live = _apply(latest.where(f"{SYS_OP} = {OP_UPSERT}"), value_filters)
         parts = [p for p in (base, live) if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else self.scan([], with_update_ts)
 
@@ -207,10 +208,11 @@ class TableReader:
         """All versions written by `deltas`, sys_to within them; optionally one sys_op only."""
         readable = [d for d in deltas if not d.is_empty]
         versions = self.scan([d.data_path for d in readable])
-        following = F.lead(SYS_FROM).over(Window.partitionBy(*self.primary_key).orderBy(SYS_FROM))
-        result = self.finish(versions, readable, following - 1)
+        keys = ", ".join(quoted(c) for c in self.primary_key)
+        following = f"lead({SYS_FROM}) OVER (PARTITION BY {keys} ORDER BY {SYS_FROM})"
+        result = self.finish(versions, readable, f"{following} - 1")
         if sys_op is not None:
-            result = result.where(F.col(SYS_OP) == sys_op)
+            result = result.where(f"{SYS_OP} = {int(sys_op)}")
         return result
 
     def started_in(self, deltas: Sequence[DeltaInfo]) -> DataFrame:
@@ -222,8 +224,9 @@ class TableReader:
     # -- helpers -----------------------------------------------------------------------
 
     def _latest(self, versions: DataFrame) -> DataFrame:
-        order = Window.partitionBy(*self.primary_key).orderBy(F.col(SYS_FROM).desc())
-        return versions.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+        keys = ", ".join(quoted(c) for c in self.primary_key)
+        rank = f"row_number() OVER (PARTITION BY {keys} ORDER BY {SYS_FROM} DESC)"
+        return versions.withColumn("_rank", F.expr(rank)).where("_rank = 1").drop("_rank")
 
     def _split_filters(self, row_filter: ActualFilter) -> tuple[list, list]:
         """(filters on primary-key columns only, filters touching other columns)."""

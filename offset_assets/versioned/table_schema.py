@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     ByteType,
@@ -33,6 +32,7 @@ from pyspark.sql.types import (
 from offset_assets.control_plane.names import NAME_MAX_LENGTH, InvalidNameError, validate_name
 from offset_assets.versioned.errors import SchemaMismatchError, TableDefinitionError
 from offset_assets.versioned.layout import SYS_FROM, SYS_OP, SYSTEM_COLUMNS
+from offset_assets.versioned.sql_text import quoted, type_text
 
 # The control plane's name rule (control_plane/names.py): a table name is a catalog key
 # and a folder name. The meta table of a transformation is `_meta__<id>`, so
@@ -191,8 +191,13 @@ def conform(
         wrong.append(f"sys_op: {given[SYS_OP].simpleString()} (must be an integer 0 or 1)")
     if wrong:
         raise SchemaMismatchError(table, f"incompatible column type(s) {wrong}")
+    # A column that has its table's type already is taken as it is: a cast is a round trip
+    # to the JVM per column, for nothing.
     columns = [
-        (F.col(f"`{f.name}`") if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields
+        quoted(f.name) if given.get(f.name) == f.dataType
+        else f"CAST({quoted(f.name) if f.name in given else 'NULL'} AS {type_text(f.dataType)}) AS {quoted(f.name)}"
+        for f in schema.fields
     ]
-    sys_op = F.col(SYS_OP).cast(IntegerType()) if SYS_OP in given else F.lit(0)
-    return df.select(*columns, sys_op.alias(SYS_OP), *[F.col(f"`{c}`") for c in keep])
+    sys_op = (quoted(SYS_OP) if isinstance(given[SYS_OP], IntegerType) else f"CAST({quoted(SYS_OP)} AS INT)") \
+        if SYS_OP in given else "0"
+    return df.selectExpr(*columns, f"{sys_op} AS {SYS_OP}", *[quoted(c) for c in keep])

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP
+from offset_assets.versioned.sql_text import all_of, any_of, case_when, null_of, quoted, string_literal
 
 KIND = "__kind"
 BAD_OP_VALUE = "__bad_op"
@@ -92,16 +93,19 @@ class Replacement:
     select: Callable[[DataFrame, bool], DataFrame]
 
 
+# The key has an actual row: its newest committed version (`__actual`) is an upsert.
+_HAS_ACTUAL_ROW = f"({ACTUAL} IS NOT NULL AND {ACTUAL}.{quoted(SYS_OP)} = {OP_UPSERT})"
+
+
 def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str], keep: Sequence[str] = ()) -> DataFrame:
     """Data columns and sys_op, with non-key columns nulled for deletes (and `keep`)."""
-    is_delete = F.col(SYS_OP) == OP_DELETE
+    is_delete = f"{quoted(SYS_OP)} = {OP_DELETE}"
     columns = [
-        F.col(f"`{f.name}`")
-        if f.name in primary_key
-        else F.when(is_delete, F.lit(None).cast(f.dataType)).otherwise(F.col(f"`{f.name}`")).alias(f.name)
+        quoted(f.name) if f.name in primary_key
+        else f"{case_when([(is_delete, 'NULL')], quoted(f.name))} AS {quoted(f.name)}"
         for f in schema.fields
     ]
-    return df.select(*columns, F.col(SYS_OP), *[F.col(f"`{c}`") for c in keep])
+    return df.selectExpr(*columns, quoted(SYS_OP), *[quoted(c) for c in keep])
 
 
 def classify(
@@ -134,79 +138,84 @@ def classify(
     n, one shuffle into n partitions by key. With 1 or n the result is sorted by key
     within each partition (the grouping sorts), so the caller can write each partition
     as one sorted file without sorting again.
+
+    The expressions are SQL text (`sql_text.py`): built with Column calls they were most
+    of a small write's round trips to the JVM.
     """
     values = [f.name for f in schema.fields if f.name not in primary_key]
     state_columns = values + [SYS_OP]
-    op = F.col(SYS_OP)
-    required = [F.col(f"`{f.name}`").isNull() for f in schema.fields if not f.nullable and f.name in values]
-    bad_op = F.when(op.isNull() | ~op.isin(OP_UPSERT, OP_DELETE), F.coalesce(op.cast("string"), F.lit("null")))
-    bad_null = F.coalesce((op == OP_UPSERT) & _any(required), F.lit(False)).cast("int")
-    keys = [F.col(f"`{c}`") for c in primary_key]
+    op = quoted(SYS_OP)
+    required = [f"{quoted(f.name)} IS NULL" for f in schema.fields if not f.nullable and f.name in values]
+    bad_op = case_when([(f"{op} IS NULL OR {op} NOT IN ({OP_UPSERT}, {OP_DELETE})",
+                         f"coalesce(CAST({op} AS STRING), 'null')")])
+    bad_null = f"CAST(coalesce({op} = {OP_UPSERT} AND ({any_of(required)}), false) AS INT)"
+    keys = [quoted(c) for c in primary_key]
 
-    def struct_of(columns: Sequence[str]) -> Column:
-        return F.struct(*[F.col(f"`{c}`") for c in columns])
+    def struct_of(columns: Sequence[str]) -> str:
+        return "struct({})".format(", ".join(quoted(c) for c in columns))
 
-    flag = [F.coalesce(F.col(f"`{refused}`"), F.lit(False)).cast("int").alias(_REFUSED)] if refused else []
+    flag = [f"CAST(coalesce({quoted(refused)}, false) AS INT) AS {_REFUSED}"] if refused else []
     parts = [
-        state_of(incoming, schema, primary_key, keep=[refused] if refused else []).select(
-            *keys, struct_of(state_columns).alias(_INCOMING), bad_op.alias(BAD_OP_VALUE), bad_null.alias(_BAD_NULL),
-            *flag,
+        state_of(incoming, schema, primary_key, keep=[refused] if refused else []).selectExpr(
+            *keys, f"{struct_of(state_columns)} AS {_INCOMING}", f"{bad_op} AS {BAD_OP_VALUE}",
+            f"{bad_null} AS {_BAD_NULL}", *flag,
         )
     ]
     if prior is not None:
-        parts.append(state_of(prior, schema, primary_key).select(*keys, struct_of(state_columns).alias(PRIOR)))
+        parts.append(state_of(prior, schema, primary_key).selectExpr(*keys, f"{struct_of(state_columns)} AS {PRIOR}"))
     if candidates is not None:
-        parts.append(candidates.select(*keys, struct_of([SYS_FROM, *state_columns]).alias(ACTUAL)))
+        parts.append(candidates.selectExpr(*keys, f"{struct_of([SYS_FROM, *state_columns])} AS {ACTUAL}"))
     union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
     if partitions == 1:
         union = union.coalesce(1)
     elif partitions is not None:
-        union = union.repartition(partitions, *keys)
-    aggregates = [
-        F.min(_INCOMING).alias(_FIRST),
-        F.max(_INCOMING).alias(_LAST),
-        F.max(BAD_OP_VALUE).alias(BAD_OP_VALUE),
-        F.max(_BAD_NULL).alias(_BAD_NULL),
-        *([F.max(_REFUSED).alias(_REFUSED)] if refused else []),
-    ]
+        union = union.repartition(partitions, *[F.col(k) for k in keys])
     # The columns each step adds are named here, not asked of the frames: a Spark
     # Connect client would ask the server to analyse the plan for each.
     looked_up = [name for name, part in ((PRIOR, prior), (ACTUAL, candidates)) if part is not None]
-    aggregates += [F.max(c).alias(c) for c in looked_up]
-    grouped = union.groupBy(*keys).agg(*aggregates)
-    first, last = F.col(_FIRST), F.col(_LAST)
+    aggregates = [
+        f"min({_INCOMING}) AS {_FIRST}",
+        f"max({_INCOMING}) AS {_LAST}",
+        f"max({BAD_OP_VALUE}) AS {BAD_OP_VALUE}",
+        f"max({_BAD_NULL}) AS {_BAD_NULL}",
+        *([f"max({_REFUSED}) AS {_REFUSED}"] if refused else []),
+        *[f"max({c}) AS {c}" for c in looked_up],
+    ]
+    grouped = union.groupBy(*[F.col(k) for k in keys]).agg(*[F.expr(a) for a in aggregates])
+    first, last = _FIRST, _LAST
     if replacing and candidates is not None:
         # A replaced key with an actual row and no incoming one: the state of its delete.
-        deleted = F.when(F.col(ACTUAL)[SYS_OP] == OP_UPSERT, F.struct(
-            *[F.lit(None).cast(schema[c].dataType).alias(c) for c in values], F.lit(OP_DELETE).alias(SYS_OP)))
-        first, last = F.coalesce(first, deleted), F.coalesce(last, deleted)
-    states = grouped.where(first.isNotNull()).select(
+        deleted = case_when([(f"{ACTUAL}.{op} = {OP_UPSERT}", "named_struct({})".format(", ".join(
+            [*[f"{string_literal(c)}, {null_of(schema[c].dataType)}" for c in values],
+             f"{string_literal(SYS_OP)}, {OP_DELETE}"])))])
+        first, last = f"coalesce({_FIRST}, {deleted})", f"coalesce({_LAST}, {deleted})"
+    states = grouped.where(f"{first} IS NOT NULL").selectExpr(
         *keys,
-        *[first[c].alias(c) for c in state_columns],
-        first.alias(_FIRST),
-        last.alias(_LAST),
+        *[f"({first}).{quoted(c)} AS {quoted(c)}" for c in state_columns],
+        f"{first} AS {_FIRST}",
+        f"{last} AS {_LAST}",
         BAD_OP_VALUE, _BAD_NULL, *([_REFUSED] if refused else []), *looked_up,
     )
 
-    null_key = _any([F.col(f"`{c}`").isNull() for c in primary_key])
-    kind = F.when(F.col(_REFUSED) == 1, REFUSED).when(null_key, BAD_KEY) if refused else F.when(null_key, BAD_KEY)
-    kind = (
-        kind.when(F.col(BAD_OP_VALUE).isNotNull(), BAD_OP)
-        .when(F.col(_BAD_NULL) == 1, BAD_NULL)
-        .when(~F.col(_FIRST).eqNullSafe(F.col(_LAST)), CONFLICT_IN_WRITE)
-    )
+    null_key = any_of(f"{k} IS NULL" for k in keys)
+    branches = [(f"{_REFUSED} = 1", REFUSED)] if refused else []
+    branches += [
+        (null_key, BAD_KEY),
+        (f"{BAD_OP_VALUE} IS NOT NULL", BAD_OP),
+        (f"{_BAD_NULL} = 1", BAD_NULL),
+        (f"NOT ({_FIRST} <=> {_LAST})", CONFLICT_IN_WRITE),
+    ]
     if prior is not None:
-        seen = F.col(PRIOR).isNotNull()
-        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(PRIOR)[c]) for c in state_columns])
-        kind = kind.when(seen & ~same, CONFLICT_IN_DELTA).when(seen, SEEN)
+        same = all_of(f"{quoted(c)} <=> {PRIOR}.{quoted(c)}" for c in state_columns)
+        branches += [(f"{PRIOR} IS NOT NULL AND NOT ({same})", CONFLICT_IN_DELTA), (f"{PRIOR} IS NOT NULL", SEEN)]
     if candidates is not None:
-        exists = _has_actual_row()
-        same = _all([F.col(f"`{c}`").eqNullSafe(F.col(ACTUAL)[c]) for c in values])
-        kind = kind.when((op == OP_UPSERT) & exists & same, UNCHANGED)
-        kind = kind.when((op == OP_DELETE) & exists, DELETE)
-    kind = kind.when(op == OP_DELETE, UNCHANGED).otherwise(UPSERT)
+        same = all_of(f"{quoted(c)} <=> {ACTUAL}.{quoted(c)}" for c in values)
+        branches += [(f"{op} = {OP_UPSERT} AND {_HAS_ACTUAL_ROW} AND {same}", UNCHANGED),
+                     (f"{op} = {OP_DELETE} AND {_HAS_ACTUAL_ROW}", DELETE)]
+    branches.append((f"{op} = {OP_DELETE}", UNCHANGED))
+    kind = case_when([(condition, string_literal(k)) for condition, k in branches], string_literal(UPSERT))
     kept = [*primary_key, *state_columns, BAD_OP_VALUE, *([ACTUAL] if candidates is not None else [])]
-    return states.select(*[F.col(f"`{c}`") for c in kept], kind.alias(KIND))
+    return states.selectExpr(*[quoted(c) for c in kept], f"{kind} AS {KIND}")
 
 
 def counts_of(classified: DataFrame, committed: bool) -> list[Column]:
@@ -214,15 +223,10 @@ def counts_of(classified: DataFrame, committed: bool) -> list[Column]:
     for a `groupBy`-free count or one observed while the rows are written; with
     `committed` (classified with candidates) also the upserts of keys without an actual
     version (`INSERTED`), which `stats_of` reads."""
-    counts = [F.sum(F.when(F.col(KIND) == kind, 1).otherwise(0)).alias(kind) for kind in KINDS]
+    conditions = [(f"{KIND} = {string_literal(kind)}", kind) for kind in KINDS]
     if committed:
-        counts.append(F.sum(F.when((F.col(KIND) == UPSERT) & ~_has_actual_row(), 1).otherwise(0)).alias(INSERTED))
-    return counts
-
-
-def _has_actual_row() -> Column:
-    """The key has an actual row: its newest committed version (`__actual`) is an upsert."""
-    return F.col(ACTUAL).isNotNull() & (F.col(ACTUAL)[SYS_OP] == OP_UPSERT)
+        conditions.append((f"{KIND} = {string_literal(UPSERT)} AND NOT {_HAS_ACTUAL_ROW}", INSERTED))
+    return [F.expr(f"sum({case_when([(condition, '1')], '0')})").alias(name) for condition, name in conditions]
 
 
 def stats_of(counts: Mapping[str, Any], committed: bool) -> WriteStats:
@@ -238,26 +242,19 @@ def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence
     """The versions to store: upserts as written, tombstones with the deleted version's data
     (`committed`: `classified` was classified with candidates, so it has their `__actual`)."""
 
-    def value(name: str) -> Column:
+    def value(name: str) -> str:
         if name in primary_key or not committed:
-            return F.col(f"`{name}`")
-        deleted = F.col(ACTUAL)[name]
-        return F.when(F.col(KIND) == DELETE, deleted).otherwise(F.col(f"`{name}`")).alias(name)
+            return quoted(name)
+        deleted = f"{ACTUAL}.{quoted(name)}"
+        return f"{case_when([(f'{KIND} = {string_literal(DELETE)}', deleted)], quoted(name))} AS {quoted(name)}"
 
-    return classified.where(F.col(KIND).isin(UPSERT, DELETE)).select(
+    return classified.where(f"{KIND} IN ({string_literal(UPSERT)}, {string_literal(DELETE)})").selectExpr(
         *[value(f.name) for f in schema.fields],
-        F.col(SYS_OP),
-        F.lit(delta_num).cast("long").alias(SYS_FROM),
+        quoted(SYS_OP),
+        f"CAST({int(delta_num)} AS BIGINT) AS {SYS_FROM}",
     )
 
 
 def unchanged_of(classified: DataFrame, schema: StructType) -> DataFrame:
-    return classified.where(F.col(KIND) == UNCHANGED).select(*[f.name for f in schema.fields], SYS_OP)
-
-
-def _any(conditions: list[Column]) -> Column:
-    return reduce(lambda a, b: a | b, conditions) if conditions else F.lit(False)
-
-
-def _all(conditions: list[Column]) -> Column:
-    return reduce(lambda a, b: a & b, conditions) if conditions else F.lit(True)
+    return classified.where(f"{KIND} = {string_literal(UNCHANGED)}").selectExpr(
+        *[quoted(f.name) for f in schema.fields], quoted(SYS_OP))

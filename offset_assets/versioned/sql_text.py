@@ -1,0 +1,58 @@
+"""Spark SQL text for the expressions every write and read builds: names quoted, types
+spelled so that Spark's parser reads them back.
+
+Why text: in classic PySpark each Column call is a round trip to the JVM (`F.col` is
+three, a cast to a `DataType` nine, a `when(...).otherwise(...)` over columns a dozen)
+and each Java object it returns is another when Python frees it. A write's
+classification built several hundred of them for a handful of columns. An expression
+given as text costs one call (`F.expr`), and a whole projection one call plus one per
+expression (`DataFrame.selectExpr`), over Spark Connect too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyspark.sql.types import ArrayType, DataType, StructType
+
+
+def quoted(name: str) -> str:
+    """`name` as an identifier, whatever its characters (a backtick is doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def type_text(data_type: DataType) -> str:
+    """`data_type` as Spark SQL spells it, its struct fields' names quoted
+    (`simpleString` leaves them bare, which a name with a space or a colon breaks)."""
+    if isinstance(data_type, StructType):
+        return "struct<{}>".format(",".join(f"{quoted(f.name)}:{type_text(f.dataType)}" for f in data_type.fields))
+    if isinstance(data_type, ArrayType):
+        return f"array<{type_text(data_type.elementType)}>"
+    return data_type.simpleString()
+
+
+def null_of(data_type: DataType) -> str:
+    """A null of `data_type`."""
+    return f"CAST(NULL AS {type_text(data_type)})"
+
+
+def any_of(conditions: Iterable[str]) -> str:
+    """The disjunction of `conditions`: false when there are none."""
+    return " OR ".join(f"({c})" for c in conditions) or "false"
+
+
+def all_of(conditions: Iterable[str]) -> str:
+    """The conjunction of `conditions`: true when there are none."""
+    return " AND ".join(f"({c})" for c in conditions) or "true"
+
+
+def case_when(branches: Iterable[tuple[str, str]], otherwise: str | None = None) -> str:
+    """`CASE WHEN condition THEN value ... [ELSE otherwise] END`: the first branch whose
+    condition is true gives the value."""
+    whens = " ".join(f"WHEN {condition} THEN {value}" for condition, value in branches)
+    return f"CASE {whens}{f' ELSE {otherwise}' if otherwise is not None else ''} END"
+
+
+def string_literal(value: str) -> str:
+    """`value` as a SQL string literal (quotes and backslashes escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
