@@ -45,17 +45,18 @@ class SparkJobCountError(OffsetAssetsError):
 
 @dataclass(frozen=True)
 class SparkJob:
-    """One job started inside a counted block: its id, the names of its stages (Spark
-    names a stage after the action and call site that started it) and its wall time
-    from submission to completion (None when the status store has no times for it)."""
+    """One job started inside a counted block: its id, its name (Spark names a job after
+    the action and call site that started it, e.g. `collect at .../keys.py:206`) and its
+    wall time from submission to completion (None when the status store has no times
+    for it)."""
 
     job_id: int
-    stage_names: tuple[str, ...]
+    name: str
     seconds: float | None = None
 
     def __str__(self) -> str:
         took = "" if self.seconds is None else f" ({self.seconds:.2f} s)"
-        return f"job {self.job_id}{took}: {'; '.join(self.stage_names) or '(no stage)'}"
+        return f"job {self.job_id}{took}: {self.name or '(no name)'}"
 
 
 @dataclass
@@ -74,17 +75,6 @@ class SparkJobCounter:
         return "\n".join(str(job) for job in self.jobs) or "no Spark job"
 
 
-@dataclass(frozen=True)
-class TaggedJob:
-    """A job as the status store keeps it: its id, its name (the call site of its last
-    stage, e.g. `collect at .../keys.py:206`) and its wall time from submission to
-    completion (None when the store has no times for it)."""
-
-    job_id: int
-    name: str
-    seconds: float | None
-
-
 def spark_context(spark: SparkSession) -> SparkContext | None:
     """The session's SparkContext; None over Spark Connect, whose client has none (nor
     a status store to read jobs from)."""
@@ -94,7 +84,7 @@ def spark_context(spark: SparkSession) -> SparkContext | None:
         return None
 
 
-def jobs_by_tag(sc: SparkContext, tags: Sequence[str]) -> dict[str, list[TaggedJob]]:
+def jobs_by_tag(sc: SparkContext, tags: Sequence[str]) -> dict[str, list[SparkJob]]:
     """Per tag, every job that carried it, oldest first, from the status store: no Spark
     job, three JVM calls per tag and about ten per job (each job read once; its fields
     one by one: writing the record as JSON in the JVM would take two, but Jackson's
@@ -109,12 +99,12 @@ def jobs_by_tag(sc: SparkContext, tags: Sequence[str]) -> dict[str, list[TaggedJ
     return {tag: [jobs[job_id] for job_id in found] for tag, found in ids.items()}
 
 
-def _tagged_job(store, job_id: int) -> TaggedJob:  # noqa: ANN001 - a py4j AppStatusStore
+def _tagged_job(store, job_id: int) -> SparkJob:  # noqa: ANN001 - a py4j AppStatusStore
     try:
         data = store.job(job_id)
     except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
-        return TaggedJob(job_id, "", None)
-    return TaggedJob(job_id, str(data.name()), _seconds(data))
+        return SparkJob(job_id, "", None)
+    return SparkJob(job_id, str(data.name()), _seconds(data))
 
 
 @contextmanager
@@ -135,7 +125,7 @@ def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
         yield counter
     finally:
         sc.removeJobTag(counter.tag)
-        counter.jobs = _jobs_with_tag(spark, counter.tag)
+        counter.jobs = jobs_by_tag(sc, [counter.tag])[counter.tag]
 
 
 def _wait_for_listeners(sc: SparkContext) -> None:
@@ -156,30 +146,6 @@ def _job_ids(sc: SparkContext, tracker, tag: str) -> list[int]:  # noqa: ANN001 
             f"{RETAINED_JOBS_CONF}={retained}: raise it to count a block this large"
         )
     return job_ids
-
-
-def _jobs_with_tag(spark: SparkSession, tag: str) -> list[SparkJob]:
-    jsc = spark.sparkContext._jsc.sc()
-    _wait_for_listeners(spark.sparkContext)
-    job_ids = _job_ids(spark.sparkContext, jsc.statusTracker(), tag)
-    tracker = spark.sparkContext.statusTracker()
-    jobs = []
-    for job_id in job_ids:
-        info = tracker.getJobInfo(job_id)
-        stage_ids = info.stageIds if info is not None else []
-        stages = (tracker.getStageInfo(stage_id) for stage_id in stage_ids)
-        names = tuple(stage.name for stage in stages if stage is not None)
-        jobs.append(SparkJob(job_id, names, _job_seconds(jsc, job_id)))
-    return jobs
-
-
-def _job_seconds(jsc, job_id: int) -> float | None:
-    """Submission to completion of `job_id`, from the status store (the times the UI shows)."""
-    try:
-        data = jsc.statusStore().job(job_id)
-    except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
-        return None
-    return _seconds(data)
 
 
 def _seconds(data) -> float | None:  # noqa: ANN001 - a py4j JobData

@@ -134,9 +134,8 @@ def test_a_range_is_read_from_the_broker_once_and_counted_as_it_is_read(
     assert table_rows(spark, plane, warehouse) == [(0, 0, "a"), (0, 1, "b"), (1, 2, "c")]
     assert logged(plane) == [("{}", result.data_range.end, "SUCCESS", 1)]
     # One job read the slices and counted them; no job of its own counts the range.
-    assert "localCheckpoint" in jobs.jobs[0].stage_names[0], jobs.describe()
-    assert not [job for job in jobs.jobs if any(name.startswith("count at") for name in job.stage_names)], (
-        jobs.describe())
+    assert "localCheckpoint" in jobs.jobs[0].name, jobs.describe()
+    assert not [job for job in jobs.jobs if job.name.startswith("count at")], jobs.describe()
 
 
 @pytest.mark.slow
