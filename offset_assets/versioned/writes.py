@@ -226,7 +226,7 @@ def counts_of(classified: DataFrame, committed: bool) -> list[Column]:
     conditions = [(f"{KIND} = {string_literal(kind)}", kind) for kind in KINDS]
     if committed:
         conditions.append((f"{KIND} = {string_literal(UPSERT)} AND NOT {_HAS_ACTUAL_ROW}", INSERTED))
-    return [F.expr(f"sum({case_when([(condition, '1')], '0')})").alias(name) for condition, name in conditions]
+    return [F.expr(f"sum({case_when([(condition, '1')], '0')}) AS {name}") for condition, name in conditions]
 
 
 def stats_of(counts: Mapping[str, Any], committed: bool) -> WriteStats:
