@@ -182,3 +182,15 @@ def test_a_key_outside_the_key_range_its_caller_gave_refuses_the_write_and_keeps
     hot.write(spark.createDataFrame(rows, ROWS), rows=2, key_range=(1, 20))
     hot.commit()
     assert (hot.rows_upserted, hot.rows_unchanged) == (1, 1)
+
+
+def test_new_versions_written_unclassified_leave_the_tables_actual_rows_unknown(spark, sqlite_url, warehouse):
+    table = VersionedTable(spark, connect(sqlite_url), "meta_like", ["id"], SCHEMA, warehouse=warehouse)
+    write(table, spark.createDataFrame([(1, "a", 1.0, 0), (2, "b", 2.0, 0)], ROWS), 2)
+    assert table.last_committed().actual_rows == 2
+    # Keys 2 and 3: which of them are new, the write did not ask, so the count is not known.
+    hot = table.open_delta()
+    hot.write_new_versions(spark.createDataFrame([(2, "b", 2.5), (3, "c", 3.0)], SCHEMA), rows=2)
+    hot.commit()
+    assert (table.last_committed().rows_upserted, table.last_committed().actual_rows) == (2, None)
+    assert table.read_actual().count() == 3

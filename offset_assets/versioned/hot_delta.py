@@ -132,10 +132,8 @@ class HotDelta:
     def __init__(self, table: HotTable, info: DeltaInfo) -> None:
         self.table = table
         self.info = info
-        self.rows_upserted = 0
-        self.rows_deleted = 0
-        self.rows_unchanged = 0
-        self.rows_inserted: int | None = 0  # None once a write did not count them
+        # What the writes so far created (their inserts None once one did not count them).
+        self.written = WriteStats(0, 0, 0, 0)
         self._status = "open"
         self._version_paths: list[str] = []
         self._unchanged_paths: list[str] = []
@@ -216,13 +214,23 @@ class HotDelta:
             raise
         self._writes = number
         self._version_paths.append(path)
-        self.rows_upserted += rows
-        return WriteStats(rows, 0, 0)
+        return self._add(WriteStats(rows, 0, 0))
+
+    @property
+    def rows_upserted(self) -> int:
+        return self.written.rows_upserted
+
+    @property
+    def rows_deleted(self) -> int:
+        return self.written.rows_deleted
+
+    @property
+    def rows_unchanged(self) -> int:
+        return self.written.rows_unchanged
 
     def savepoint(self) -> tuple[int, int, WriteStats]:
         """A point to return to with `restore`: the writes made so far."""
-        return (len(self._version_paths), len(self._unchanged_paths),
-                WriteStats(self.rows_upserted, self.rows_deleted, self.rows_unchanged, self.rows_inserted))
+        return len(self._version_paths), len(self._unchanged_paths), self.written
 
     def restore(self, point: tuple[int, int, WriteStats]) -> None:
         """Undo the writes made since `point` (their folders are deleted): a caller whose
@@ -233,8 +241,7 @@ class HotDelta:
             self.table.files.delete(path)
         del self._version_paths[versions:]
         del self._unchanged_paths[unchanged:]
-        self.rows_upserted, self.rows_deleted = stats.rows_upserted, stats.rows_deleted
-        self.rows_unchanged, self.rows_inserted = stats.rows_unchanged, stats.rows_inserted
+        self.written = stats
 
     def delete(self, keys_df: DataFrame) -> WriteStats:
         """Delete the keys in `keys_df` (primary-key columns only): tombstones at commit."""
@@ -346,11 +353,7 @@ class HotDelta:
         return self._add(stats)
 
     def _add(self, stats: WriteStats) -> WriteStats:
-        self.rows_upserted += stats.rows_upserted
-        self.rows_deleted += stats.rows_deleted
-        self.rows_unchanged += stats.rows_unchanged
-        if self.rows_inserted is not None:
-            self.rows_inserted = None if stats.rows_inserted is None else self.rows_inserted + stats.rows_inserted
+        self.written = self.written.plus(stats)
         return stats
 
     def _rows_once_committed(self) -> int | None:
@@ -358,9 +361,9 @@ class HotDelta:
         committed delta, plus the keys the writes inserted, minus the keys they deleted
         (one state per key per delta, so no key is counted twice). None when either is
         unknown."""
-        if self.info.actual_rows is None or self.rows_inserted is None:
+        if self.info.actual_rows is None or self.written.rows_inserted is None:
             return None
-        return self.info.actual_rows + self.rows_inserted - self.rows_deleted
+        return self.info.actual_rows + self.written.rows_inserted - self.written.rows_deleted
 
     def _prior_states(self) -> DataFrame | None:
         """States already written into this hot delta (versions and unchanged rows)."""

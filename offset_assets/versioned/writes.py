@@ -67,6 +67,13 @@ class WriteStats:
     # rows, with the deletes taken off. None when the write did not classify its rows.
     rows_inserted: int | None = None
 
+    def plus(self, other: WriteStats) -> WriteStats:
+        """The versions of both writes (the inserts unknown when either's are)."""
+        inserted = None if self.rows_inserted is None or other.rows_inserted is None \
+            else self.rows_inserted + other.rows_inserted
+        return WriteStats(self.rows_upserted + other.rows_upserted, self.rows_deleted + other.rows_deleted,
+                          self.rows_unchanged + other.rows_unchanged, inserted)
+
 
 @dataclass(frozen=True)
 class Refusal:
