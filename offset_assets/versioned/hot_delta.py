@@ -152,6 +152,18 @@ class HotDelta:
     def is_open(self) -> bool:
         return self._status == "open"
 
+    @property
+    def rows_upserted(self) -> int:
+        return self.written.rows_upserted
+
+    @property
+    def rows_deleted(self) -> int:
+        return self.written.rows_deleted
+
+    @property
+    def rows_unchanged(self) -> int:
+        return self.written.rows_unchanged
+
     def __repr__(self) -> str:
         return f"HotDelta({self.table.name!r}, {self.delta_num}, {self._status})"
 
@@ -215,18 +227,6 @@ class HotDelta:
         self._writes = number
         self._version_paths.append(path)
         return self._add(WriteStats(rows, 0, 0))
-
-    @property
-    def rows_upserted(self) -> int:
-        return self.written.rows_upserted
-
-    @property
-    def rows_deleted(self) -> int:
-        return self.written.rows_deleted
-
-    @property
-    def rows_unchanged(self) -> int:
-        return self.written.rows_unchanged
 
     def savepoint(self) -> tuple[int, int, WriteStats]:
         """A point to return to with `restore`: the writes made so far."""
