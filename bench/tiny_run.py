@@ -11,9 +11,12 @@ of a user with one post is renamed: 6 changed keys, batch_size 2, so 3 batches:
 Per transformation: median seconds of a run, Spark jobs per run (the deterministic
 measure: `offset_assets.spark_jobs`), control-plane SQL statements per run (a
 SQLAlchemy `before_cursor_execute` listener) and the driver's py4j calls to the JVM
-(median; the driver-side cost of building plans, deterministic up to the thread-local
-session lookups); the last run's profile (the driver's seconds and the Spark jobs by
-phase, `RunResult.profile`). Writes `bench/out/tiny_run.json`.
+(median; the driver-side cost of building plans): those of the run's own thread, which
+do not depend on timing (they grow a little as the tables gain delta folders: a read
+lists each in a call), and apart the
+messages py4j's own thread sends to free the Java objects Python has freed;
+the last run's profile (the driver's seconds and the Spark jobs by phase,
+`RunResult.profile`). Writes `bench/out/tiny_run.json`.
 
     .venv/bin/python -m bench.tiny_run               # 7 repetitions after a warm-up
     .venv/bin/python -m bench.tiny_run --repeat 3 --profile /tmp/tiny.prof   # + cProfile of the runs
@@ -27,6 +30,7 @@ import json
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,17 +66,25 @@ class StatementCounter:
 
 class JvmCallCounter:
     """Counts the driver's round trips to the JVM (py4j commands) while `active`: each
-    DataFrame or Column call from Python is at least one."""
+    DataFrame or Column call from Python is at least one. `count`: those the measuring
+    thread makes (the same for the same work); `frees`: those py4j's own thread sends to
+    release the Java objects Python has freed (when its garbage collector runs, so their
+    number varies a little between runs)."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.count = 0
+        self.frees = 0
         self.active = False
+        self.thread = threading.get_ident()
         client = spark.sparkContext._gateway._gateway_client
         send = client.send_command
 
         def counted(*args: object, **kwargs: object) -> object:
             if self.active:
-                self.count += 1
+                if threading.get_ident() == self.thread:
+                    self.count += 1
+                else:
+                    self.frees += 1
             return send(*args, **kwargs)
 
         # Every py4j object calls its client's send_command: the instance attribute wins.
@@ -103,11 +115,11 @@ def changes(world: World, name: str, repetition: int, with_profile: bool) -> Non
 
 def measure(spark: SparkSession, counter: StatementCounter, jvm: JvmCallCounter, engine: IncrementalEngine,
             t: Transformation, before: Callable[[int], None], repeat: int, profiler: cProfile.Profile | None) -> dict:
-    seconds, jobs, statements, jvm_calls, keys = [], [], [], [], []
+    seconds, jobs, statements, jvm_calls, jvm_frees, keys = [], [], [], [], [], []
     described, profile = "", None
     for repetition in range(repeat + 1):  # the first is the warm-up
         before(repetition)
-        counter.count = jvm.count = 0
+        counter.count = jvm.count = jvm.frees = 0
         counter.active = jvm.active = True
         if profiler is not None and repetition:
             profiler.enable()
@@ -125,6 +137,7 @@ def measure(spark: SparkSession, counter: StatementCounter, jvm: JvmCallCounter,
         jobs.append(counted.count)
         statements.append(counter.count)
         jvm_calls.append(jvm.count)
+        jvm_frees.append(jvm.frees)
         keys.append(result.changed_keys)
         described = counted.describe()
         profile = result.profile
@@ -134,6 +147,7 @@ def measure(spark: SparkSession, counter: StatementCounter, jvm: JvmCallCounter,
         "spark_jobs": sorted(set(jobs)),
         "sql_statements": sorted(set(statements)),
         "jvm_calls_median": statistics.median(jvm_calls),
+        "jvm_frees_median": statistics.median(jvm_frees),
         "changed_keys": sorted(set(keys)),
         "batches": -(-max(keys) // BATCH_SIZE),
         "last_run_jobs": described.splitlines(),
@@ -171,7 +185,8 @@ def main() -> None:
                 args.repeat, profiler,
             )
             print(f"{name}: {report[name]['median_s']} s median, {report[name]['spark_jobs']} Spark jobs, "
-                  f"{report[name]['sql_statements']} SQL statements, {report[name]['jvm_calls_median']} JVM calls, "
+                  f"{report[name]['sql_statements']} SQL statements, {report[name]['jvm_calls_median']} JVM calls "
+                  f"(+ {report[name]['jvm_frees_median']} frees), "
                   f"{report[name]['changed_keys']} keys")
         engine.run_full(enriched)  # the stats runs' edits, so that both outputs can be checked
         assert {tuple(r) for r in world.enriched.read_actual().drop("sys_from", "sys_to", "sys_op", "update_ts")
