@@ -13,9 +13,8 @@ measure: `offset_assets.spark_jobs`), control-plane SQL statements per run (a
 SQLAlchemy `before_cursor_execute` listener) and the driver's py4j calls to the JVM
 (median; the driver-side cost of building plans): those of the run's own thread, which
 do not depend on timing (they grow a little as the tables gain delta folders: a read
-lists each in a call), and apart the
-messages py4j's own thread sends to free the Java objects Python has freed;
-the last run's profile (the driver's seconds and the Spark jobs by phase,
+lists each in a call), and apart the messages py4j's own thread sends to free the Java
+objects Python has freed; the last run's profile (the driver's seconds and the Spark jobs by phase,
 `RunResult.profile`). Writes `bench/out/tiny_run.json`.
 
     .venv/bin/python -m bench.tiny_run               # 7 repetitions after a warm-up

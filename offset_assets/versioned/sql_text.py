@@ -11,9 +11,18 @@ expression (`DataFrame.selectExpr`), over Spark Connect too.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 
 from pyspark.sql.types import ArrayType, DataType, StructType
+
+# Text SQL could misread in a string literal: a quote or a backslash (whether `\` is an
+# escape depends on spark.sql.parser.escapedStringLiterals) or a `$` (`${...}` is replaced
+# by a conf value, spark.sql.variable.substitute, before parsing).
+NEEDS_HEX = re.compile(r"['\\$]")
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 
 def quoted(name: str) -> str:
@@ -53,6 +62,40 @@ def case_when(branches: Iterable[tuple[str, str]], otherwise: str | None = None)
     return f"CASE {whens}{f' ELSE {otherwise}' if otherwise is not None else ''} END"
 
 
+def literal(value: object) -> str | None:
+    """SQL text of the literal `F.lit(value)` makes; None when there is no safe text."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        value = int(value)  # a subclass (an IntEnum, say) may print itself otherwise
+        if INT_MIN <= value <= INT_MAX:
+            return f"({value})" if value < 0 else str(value)
+        if LONG_MIN <= value <= LONG_MAX:
+            return f"({value}L)" if value < 0 else f"{value}L"
+        return None
+    if isinstance(value, float):
+        value = float(value)
+        # repr() of a float is the shortest text that parses back to the same double.
+        return f"({value!r}D)" if math.isfinite(value) else None
+    if isinstance(value, str):
+        value = str.__str__(value)
+        if not NEEDS_HEX.search(value):
+            return f"'{value}'"
+        # (`NEEDS_HEX`: a key "${env:HOME}" would match the home folder.) The UTF-8 bytes
+        # in hex mean the same whatever the parser's settings.
+        try:
+            return f"CAST(X'{value.encode('utf-8').hex()}' AS STRING)"
+        except UnicodeEncodeError:
+            return None
+    return None
+
+
 def string_literal(value: str) -> str:
-    """`value` as a SQL string literal (quotes and backslashes escaped)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """`value` as a SQL string literal (`literal`); ValueError for a string without one
+    (an unpaired surrogate)."""
+    text = literal(value)
+    if text is None:
+        raise ValueError(f"no SQL text for the string {value!r}")
+    return text
