@@ -16,10 +16,12 @@ able to carry on.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +39,10 @@ from bench.standalone_cluster import (
 )
 from offset_assets.spark import SHORT_JVM_OPTIONS
 
-__all__ = ["CLUSTER_APP_CONF", "DRIVER_ENV", "ConnectServer", "SparkCluster", "free_port"]
+__all__ = ["CLUSTER_APP_CONF", "DRIVER_ENV", "ConnectServer", "ConnectServers", "SparkCluster", "free_port",
+           "run_client"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WORKERS = 2
 
@@ -80,11 +85,15 @@ class ConnectServer:
         env = {**daemon_env(workdir / "logs"), "SPARK_CONNECT_MODE": "0"}
         for name in ("SPARK_DAEMON_MEMORY", "SPARK_DAEMON_JAVA_OPTS"):
             env.pop(name)  # the server is a driver doing the work, not a daemon
+        # A heap or thread limit reached ends the JVM with a line in its log, rather than
+        # leaving its clients to retry a server that no longer answers; a JVM crash
+        # writes its report beside the log.
+        java_options = f"{SHORT_JVM_OPTIONS} -XX:+ExitOnOutOfMemoryError -XX:ErrorFile={workdir}/hs_err_%p.log"
         args = [str(SPARK_HOME / "bin" / "spark-submit"),
                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
                 "--name", "offset-assets-tests-connect", "--master", "local[2]",
                 "--driver-memory", "1g",
-                "--driver-java-options", SHORT_JVM_OPTIONS,
+                "--driver-java-options", java_options,
                 "--conf", f"spark.connect.grpc.binding.port={port}",
                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                 "--conf", "spark.driver.host=127.0.0.1",
@@ -103,8 +112,8 @@ class ConnectServer:
     def wait_until_listening(self, port: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Connect server exited; log: {self.workdir / 'connect.log'}")
+            if not self.alive():
+                raise RuntimeError(f"the Connect server exited: {self.death_report()}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 return
@@ -112,9 +121,69 @@ class ConnectServer:
                 time.sleep(0.5)
         raise TimeoutError(f"Spark Connect server not listening on {port} in {START_TIMEOUT_S} s")
 
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def death_report(self) -> str:
+        """How the server ended: its exit status, the JVM's fatal error report if it wrote
+        one, and the end of its log."""
+        status = self.process.returncode
+        how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+        crash = "".join(f"; JVM crash report {report}:\n{report.read_text()[:2000]}"
+                        for report in sorted(self.workdir.glob("hs_err_*.log")))
+        log = (self.workdir / "connect.log").read_text(errors="replace").splitlines()
+        return f"{self.url} ({how}){crash}\nits log's last lines:\n" + "\n".join(log[-30:])
+
     def stop(self) -> None:
         stop_process(self.process.pid)
         self.process.wait(timeout=10)
+
+
+class ConnectServers:
+    """The session's Connect server, started when a test first asks for it. One found dead
+    before a test is reported (a warning in the session's summary, with why it ended)
+    and replaced: one death fails the test it happened in, not every later test."""
+
+    def __init__(self, workdirs: pytest.TempPathFactory):
+        self.workdirs = workdirs
+        self.server: ConnectServer | None = None
+
+    def running(self) -> ConnectServer:
+        if self.server is not None and not self.server.alive():
+            warnings.warn(f"the Spark Connect server died before this test; a new one is started. "
+                          f"{self.server.death_report()}", stacklevel=1)
+            self.server = None
+        if self.server is None:
+            self.server = ConnectServer.start(self.workdirs.mktemp("spark-connect"))
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None and self.server.alive():
+            self.server.stop()
+
+
+def run_client(args: list[str], server: ConnectServer, env: dict[str, str], timeout: float,
+               ) -> subprocess.CompletedProcess:
+    """Run `python ARGS` (a client of `server`) from the repository to its end, as
+    `subprocess.run` with captured text would; fail at once, with how the server ended,
+    if the server dies while its client runs (a client would retry it for minutes)."""
+    command = [sys.executable, *args]
+    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            out, err = child.communicate(timeout=2)
+            return subprocess.CompletedProcess(command, child.returncode, out, err)
+        except subprocess.TimeoutExpired as waiting:
+            if server.alive() and time.monotonic() < deadline:
+                continue
+            child.kill()
+            out, err = child.communicate()
+            if not server.alive():
+                pytest.fail(f"the Spark Connect server died while its client ({' '.join(args[:2])}) ran: "
+                            f"{server.death_report()}\nthe client's last output:\n{err[-2000:]}")
+            raise subprocess.TimeoutExpired(command, timeout, out, err) from waiting
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +194,13 @@ def spark_cluster(tmp_path_factory) -> Iterator[SparkCluster]:
 
 
 @pytest.fixture(scope="session")
-def connect_server(tmp_path_factory) -> Iterator[ConnectServer]:
-    server = ConnectServer.start(tmp_path_factory.mktemp("spark-connect"))
-    yield server
-    server.stop()
+def connect_servers(tmp_path_factory) -> Iterator[ConnectServers]:
+    servers = ConnectServers(tmp_path_factory)
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def connect_server(connect_servers) -> ConnectServer:
+    """The session's Spark Connect server, alive when the test starts."""
+    return connect_servers.running()

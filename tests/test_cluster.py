@@ -26,7 +26,7 @@ from offset_assets.config import ENV_SPARK_MASTER
 from offset_assets.spark import SparkUnavailableError, check_endpoint, endpoints
 from tests.reference_story import reference_environment
 from tests.small_driver_story import ROWS, make_documents
-from tests.spark_cluster import CLUSTER_APP_CONF, DRIVER_ENV, free_port
+from tests.spark_cluster import CLUSTER_APP_CONF, DRIVER_ENV, ConnectServer, free_port, run_client
 
 ROOT = Path(__file__).resolve().parent.parent
 def spark_conf_dir(tmp_path: Path) -> str:
@@ -38,9 +38,15 @@ def spark_conf_dir(tmp_path: Path) -> str:
     return str(conf)
 
 
-def run_driver(args: list[str], env: dict[str, str], timeout: float = 1800) -> dict:
-    child = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
-                           timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **DRIVER_ENV, **env})
+def run_driver(args: list[str], env: dict[str, str], timeout: float = 1800,
+               connect_server: ConnectServer | None = None) -> dict:
+    """Run the driver module `args` and return the JSON of its last line of output; over
+    `connect_server` (a client of it), fail as soon as the server dies."""
+    if connect_server is not None:
+        child = run_client(["-m", *args], connect_server, {**DRIVER_ENV, **env}, timeout)
+    else:
+        child = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
+                               timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **DRIVER_ENV, **env})
     assert child.returncode == 0, child.stderr[-4000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 

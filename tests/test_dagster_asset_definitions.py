@@ -57,12 +57,14 @@ def test_an_empty_primary_key_or_transform_key_list_is_refused():
          r"duplicate column\(s\) \['post_id'\] in the schema \['post_id', 'post_id'\]"),
         (StructType([StructField("post_id", LongType()), StructField("sys_from", LongType())]),
          r"column\(s\) \['sys_from'\] are reserved for version metadata"),
+        (StructType([StructField("post_id", LongType()), StructField("${hivevar:x}", StringType())]),
+         r"column name\(s\) \['\$\{hivevar:x\}'\] hold '\$\{'"),
         (StructType([StructField("post_id", LongType()),
                      StructField("tags", ArrayType(MapType(StringType(), StringType())))]),
          r"column\(s\) \['tags'\] hold maps, which cannot be compared"),
         ('{"type": "long"}', r"the schema is not a Spark StructType: \{\"type\": \"long\"\}"),
     ],
-    ids=["duplicate-column", "reserved-column", "map-column", "not-a-struct"],
+    ids=["duplicate-column", "reserved-column", "variable-in-column-name", "map-column", "not-a-struct"],
 )
 def test_a_schema_the_table_would_refuse_is_refused_at_declaration(schema, refused):
     with pytest.raises(dg.DagsterInvalidDefinitionError, match=refused):

@@ -146,7 +146,7 @@ def test_a_range_is_read_and_counted_exactly_over_spark_connect(kafka_broker, co
     kafka_broker.produce(topic, ["c"], partition=1)                    # offset 2
 
     story = run_driver(["tests.kafka_connect_story", connect_server.url, kafka_broker.bootstrap_servers,
-                        topic, str(tmp_path)], {})
+                        topic, str(tmp_path)], {}, connect_server=connect_server)
     # 3 messages of the 4 offsets: a Connect checkpoint reports no observed count, the copy is counted.
     assert story["ranges"] == [["{}", f'{{"{topic}":{{"0":2,"1":3}}}}', 3]]
     assert story["rows"] == [[0, 0, "a"], [0, 1, "b"], [1, 2, "c"]]

@@ -134,7 +134,8 @@ def test_on_the_standalone_cluster_the_executors_read_the_slices(spark_cluster, 
 @pytest.mark.slow
 @pytest.mark.xdist_group("jvm_servers")
 def test_over_spark_connect_the_server_reads_the_slices(connect_server, tmp_path):
-    story = run_driver(["tests.sql_slices_story", "--remote", connect_server.url, str(tmp_path)], {})
+    story = run_driver(["tests.sql_slices_story", "--remote", connect_server.url, str(tmp_path)], {},
+                       connect_server=connect_server)
     assert (story["row_count"], story["end"]) == (800, "900")
     assert story["ids"] == list(range(101, 901))
     assert story["rows_per_slice"] == {"0": 200, "1": 200, "2": 200, "3": 200}

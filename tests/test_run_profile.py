@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -22,6 +19,7 @@ from offset_assets.engine.profile import OTHER, PHASES, TAG_PREFIX, Profiler
 from offset_assets.spark import temporary_setting
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
+from tests.spark_cluster import run_client
 from tests.test_dagster_assets import enriched_asset, materialization, seed, user_post_stats_asset
 from tests.test_engine_job_budget import SRC, copy_world
 
@@ -162,10 +160,8 @@ def test_the_dagster_materialization_carries_the_runs_profile(spark, sqlite_url,
 def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or_range_asks_one_analysis(
         connect_server, tmp_path):
     (tmp_path / "warehouse").mkdir()
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.connect_profile", connect_server.url, f"sqlite:///{tmp_path / 'cp.db'}",
-         str(tmp_path / "warehouse")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = run_client(["-m", "tests.connect_profile", connect_server.url, f"sqlite:///{tmp_path / 'cp.db'}",
+                        str(tmp_path / "warehouse")], connect_server, {}, timeout=600)
     assert child.returncode == 0, child.stderr[-3000:]
     run = json.loads(child.stdout.strip().splitlines()[-1])
 

@@ -10,7 +10,6 @@ with the literal rows the story must produce.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 
 from offset_assets.config import ENV_SPARK_REMOTE
 from tests.reference_story import reference_environment
-from tests.spark_cluster import free_port
+from tests.spark_cluster import ConnectServer, free_port, run_client
 from tests.test_cluster import run_driver
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,22 +27,20 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jvm_servers")]
 
 
-def run_client(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tests.remote_story", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+def run_story(server: ConnectServer, command: str, *args: str) -> subprocess.CompletedProcess:
+    """`tests.remote_story COMMAND` as a client of `server`."""
+    return run_client(["-m", "tests.remote_story", command, "--remote", server.url, *args], server, {}, timeout=600)
 
 
-def client_json(*args: str) -> dict:
-    child = run_client(*args)
+def story_json(server: ConnectServer, command: str, *args: str) -> dict:
+    child = run_story(server, command, *args)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 def test_engine_story_over_spark_connect_processes_exactly_the_changes(connect_server, tmp_path):
     (tmp_path / "warehouse").mkdir()
-    story = client_json("story", "--remote", connect_server.url,
-                        f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse"))
+    story = story_json(connect_server, "story", f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse"))
 
     refused = story["relative_warehouse"]
     assert "'relative/warehouse' is a relative path" in refused["error"]
@@ -63,10 +60,10 @@ def test_engine_story_over_spark_connect_processes_exactly_the_changes(connect_s
 def test_a_connect_client_killed_inside_its_commit_is_completed_by_the_next_run(connect_server, tmp_path):
     db_url, warehouse = f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse")
     (tmp_path / "warehouse").mkdir()
-    crashed = run_client("crash", "--remote", connect_server.url, db_url, warehouse)
+    crashed = run_story(connect_server, "crash", db_url, warehouse)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
 
-    recovered = client_json("recover", "--remote", connect_server.url, db_url, warehouse)
+    recovered = story_json(connect_server, "recover", db_url, warehouse)
     assert recovered["committed_before"] == []  # the dead run's output files were never visible
     assert recovered["processed"] == 6 and recovered["processed_again"] == 0
     assert recovered["enriched"] == recovered["expected_enriched"]
@@ -88,7 +85,7 @@ def test_reference_project_over_spark_connect_on_the_lazy_pyspark_resource_equal
     (from OFFSET_ASSETS_SPARK_REMOTE): the same outputs as the local run, row for row."""
     connect_env = {**reference_environment(tmp_path / "connect", f"sqlite:///{tmp_path / 'connect.db'}"),
                    ENV_SPARK_REMOTE: connect_server.url}
-    over_connect = run_driver(["tests.reference_story"], connect_env)
+    over_connect = run_driver(["tests.reference_story"], connect_env, connect_server=connect_server)
     local = dict(local_reference_run)
 
     print(f"reference story: local[2] {local['seconds']} s, Spark Connect {over_connect['seconds']} s")
@@ -105,12 +102,8 @@ def test_make_devs_warm_up_runs_the_engine_over_connect_and_leaves_nothing_behin
     """`make dev` sends its fresh server a throwaway run (`assets_defs/warmup.py`) before
     the UI starts: it must finish over Connect and delete its folder and control plane
     (with one incremental run: `make dev`'s further runs repeat it)."""
-    child = subprocess.run(
-        [sys.executable, "-c", "from assets_defs.warmup import warm_up; import sys; print(warm_up(sys.argv[1], 1))",
-         connect_server.url],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},
-    )
+    warm_up = "from assets_defs.warmup import warm_up; import sys; print(warm_up(sys.argv[1], 1))"
+    child = run_client(["-c", warm_up, connect_server.url], connect_server, {"TMPDIR": str(tmp_path)}, timeout=600)
 
     assert child.returncode == 0, child.stderr[-3000:]
     assert float(child.stdout.strip().splitlines()[-1]) > 0

@@ -165,6 +165,8 @@ def test_reads_refuse_deltas_that_are_not_committed_and_bad_ranges(spark, sales)
         ("t", [], StructType([StructField("id", LongType())]), "primary key of at least one column"),
         ("t", ["key"], StructType([StructField("id", LongType())]), r"primary-key column\(s\) \['key'\] not in"),
         ("t", ["id"], StructType([StructField("id", LongType()), StructField("sys_from", LongType())]), "reserved"),
+        ("t", ["id"], StructType([StructField("id", LongType()), StructField("${env:HOME}", LongType())]),
+         r"column name\(s\) \['\$\{env:HOME\}'\] hold '\$\{', which Spark's SQL parser reads as a variable"),
         (
             "t",
             ["id"],
@@ -172,7 +174,7 @@ def test_reads_refuse_deltas_that_are_not_committed_and_bad_ranges(spark, sales)
             "is a map",
         ),
     ],
-    ids=["name", "no-key", "key-not-in-schema", "reserved-column", "map-column"],
+    ids=["name", "no-key", "key-not-in-schema", "reserved-column", "variable-in-column-name", "map-column"],
 )
 def test_invalid_definitions_are_refused(spark, sqlite_url, warehouse, name, primary_key, schema, message):
     with pytest.raises(TableDefinitionError, match=message):

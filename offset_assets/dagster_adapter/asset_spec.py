@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import dagster as dg
 
-from offset_assets.versioned.layout import SYSTEM_COLUMNS
+from offset_assets.versioned.table_schema import column_name_problems
 
 SPEC_KEY = "offset_assets/incremental"
 TABLE_KEY = "offset_assets/table"
@@ -94,12 +94,7 @@ class IncrementalSpec:
         if fields is None:
             return [*problems, f"the schema is not a Spark StructType: {self.schema_json[:200]}"]
         names = [f["name"] for f in fields]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            problems.append(f"duplicate column(s) {duplicates} in the schema {names}")
-        reserved = [n for n in names if n in SYSTEM_COLUMNS]
-        if reserved:
-            problems.append(f"column(s) {reserved} are reserved for version metadata")
+        problems += column_name_problems(names)
         maps = [f["name"] for f in fields if _contains_map(f["type"])]
         if maps:
             problems.append(f"column(s) {maps} hold maps, which cannot be compared: use an array of structs")

@@ -42,18 +42,33 @@ _INTEGRAL_RANK = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
 _INTEGRAL_DIGITS = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 19}
 
 
+def column_name_problems(names: Sequence[str]) -> list[str]:
+    """What makes a table's column names unusable, each as a sentence naming the columns:
+    duplicates, the version metadata's own names, and `${` (inside the SQL text the table
+    builds, Spark's parser would replace `${...}` with a variable's value:
+    `spark.sql.variable.substitute`)."""
+    problems = []
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        problems.append(f"duplicate column(s) {duplicates} in the schema {list(names)}")
+    reserved = [n for n in names if n in SYSTEM_COLUMNS]
+    if reserved:
+        problems.append(f"column(s) {reserved} are reserved for version metadata")
+    substituted = [n for n in names if "${" in n]
+    if substituted:
+        problems.append(f"column name(s) {substituted} hold '${{', which Spark's SQL parser reads as a variable")
+    return problems
+
+
 def validate_definition(name: str, primary_key: Sequence[str], schema: StructType) -> None:
     """Refuse a definition that cannot be stored: bad name, reserved or duplicate column
     names, primary key not in the schema, map columns (not comparable in Spark, so a
     version could not be told apart from its predecessor)."""
     validate_table_name(name)
     names = schema.fieldNames()
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise TableDefinitionError(name, f"duplicate column(s) {duplicates}")
-    reserved = [n for n in names if n in SYSTEM_COLUMNS]
-    if reserved:
-        raise TableDefinitionError(name, f"column(s) {reserved} are reserved for version metadata")
+    problems = column_name_problems(names)
+    if problems:
+        raise TableDefinitionError(name, "; ".join(problems))
     if not primary_key:
         raise TableDefinitionError(name, "a primary key of at least one column is required")
     missing = [c for c in primary_key if c not in names]
