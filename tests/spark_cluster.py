@@ -17,7 +17,6 @@ able to carry on.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -70,6 +69,10 @@ CLUSTER_APP_CONF = {
 DRIVER_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
+class ServerExitedError(RuntimeError):
+    """The Connect server's JVM exited while starting."""
+
+
 @dataclass
 class ConnectServer:
     """A Spark Connect server (its own driver, `local[2]`) listening on 127.0.0.1."""
@@ -77,10 +80,30 @@ class ConnectServer:
     url: str
     process: subprocess.Popen
     workdir: Path
+    log: Path
 
     @classmethod
-    def start(cls, workdir: Path) -> ConnectServer:
+    def start(cls, workdir: Path, attempts: int = 3) -> ConnectServer:
+        """Start a server on a free port; return once it has said it serves there. The
+        port is free when chosen, not when the JVM binds it seconds later: a server that
+        found it taken is started again on another."""
         workdir.mkdir(parents=True, exist_ok=True)
+        attempt = 1
+        while True:
+            server = cls._launch(workdir, attempt)
+            try:
+                server.wait_until_serving()
+                return server
+            except ServerExitedError:
+                if attempt == attempts or "BindException" not in server.log_text():
+                    raise
+            except BaseException:
+                server.stop()
+                raise
+            attempt += 1
+
+    @classmethod
+    def _launch(cls, workdir: Path, attempt: int) -> ConnectServer:
         port = free_port()
         env = {**daemon_env(workdir / "logs"), "SPARK_CONNECT_MODE": "0"}
         for name in ("SPARK_DAEMON_MEMORY", "SPARK_DAEMON_JAVA_OPTS"):
@@ -101,25 +124,24 @@ class ConnectServer:
                 "--conf", "spark.sql.adaptive.enabled=false",
                 "--conf", "spark.ui.enabled=false",
                 "--conf", "spark.sql.session.timeZone=UTC"]
-        server = cls(f"sc://127.0.0.1:{port}", launch(args, workdir / "connect.log", env), workdir)
-        try:
-            server.wait_until_listening(port)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        log = workdir / ("connect.log" if attempt == 1 else f"connect-{attempt}.log")
+        return cls(f"sc://127.0.0.1:{port}", launch(args, log, env), workdir, log)
 
-    def wait_until_listening(self, port: int) -> None:
+    def wait_until_serving(self) -> None:
+        """Wait for the server's own word that it serves its port: something else may
+        listen there (the port was taken between its choice and the JVM's bind)."""
+        serving = f"Spark Connect server started at: {self.url.removeprefix('sc://')}"
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if not self.alive():
-                raise RuntimeError(f"the Connect server exited: {self.death_report()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                raise ServerExitedError(f"the Connect server exited: {self.death_report()}")
+            if serving in self.log_text():
                 return
-            except OSError:
-                time.sleep(0.5)
-        raise TimeoutError(f"Spark Connect server not listening on {port} in {START_TIMEOUT_S} s")
+            time.sleep(0.5)
+        raise TimeoutError(f"Spark Connect server not serving {self.url} in {START_TIMEOUT_S} s; its log {self.log}")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -131,7 +153,7 @@ class ConnectServer:
         how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
         crash = "".join(f"; JVM crash report {report}:\n{report.read_text()[:2000]}"
                         for report in sorted(self.workdir.glob("hs_err_*.log")))
-        log = (self.workdir / "connect.log").read_text(errors="replace").splitlines()
+        log = self.log_text().splitlines()
         return f"{self.url} ({how}){crash}\nits log's last lines:\n" + "\n".join(log[-30:])
 
     def stop(self) -> None:
