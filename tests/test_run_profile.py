@@ -64,8 +64,12 @@ def test_a_runs_profile_names_its_phases_and_counts_the_jobs_count_spark_jobs_co
     # The driver JVM's own time: a small run evaluates interpreted, so compiles no code.
     jvm = profile.driver_jvm
     assert jvm is not None and jvm.gc_s >= 0 and (jvm.classes_compiled, jvm.compile_s) == (0, 0)
+    # The JVM's CPU: its threads' work for the run (Linux's /proc, in ticks of 10 ms), at least its collections'.
+    assert jvm.cpu_s is not None and jvm.cpu_s > 0 and jvm.cpu_s + 0.02 >= jvm.gc_s and jvm.jit_s >= 0
     assert f"Driver JVM during the run: {jvm}." in profile.markdown() and str(jvm) in profile.describe()
-    assert profile.as_dict()["driver_jvm"] == {"gc_s": round(jvm.gc_s, 4), "classes_compiled": 0, "compile_s": 0}
+    assert str(jvm).startswith(f"CPU {jvm.cpu_s:.3f} s, JIT compilation {jvm.jit_s:.3f} s, garbage collection ")
+    assert profile.as_dict()["driver_jvm"] == {"cpu_s": round(jvm.cpu_s, 4), "jit_s": round(jvm.jit_s, 4),
+                                               "gc_s": round(jvm.gc_s, 4), "classes_compiled": 0, "compile_s": 0}
 
 
 def test_a_run_that_compiles_its_expressions_shows_the_code_it_compiled_in_its_profile(

@@ -17,12 +17,14 @@ run's jobs and each one's phase. Profiling starts no Spark job: two JVM calls pe
 entered, and at the end three per phase and about ten per job. Tags are per thread: jobs other Python
 threads start are not the run's (nor counted by `count_spark_jobs`).
 
-Besides its phases and jobs, a run's driver JVM spends time no phase or job shows:
-garbage collection, and compiling the Java code Spark generates for a query's
-expressions (`DriverJvmTime`, read from the JVM's counters at the start and the end: 34
-JVM calls, a few milliseconds). A young JVM, or a query whose literals make its code new, can spend much of a
-small run there. The counters are the JVM's, not the run's: work of other threads at the
-same time (another run in the same session) counts too.
+Besides its phases and jobs, a run's driver JVM spends time no phase or job shows: its
+JIT compiler's, garbage collection, and compiling the Java code Spark generates for a
+query's expressions (`DriverJvmTime`, read from the JVM's counters at the start and the
+end: about 40 JVM calls, a few milliseconds), and beside them the JVM process's CPU time
+(from `/proc`): a driver whose CPU time is near the run's wall time is busy, not waiting
+(a young JVM interprets and compiles Spark's own code; a query whose literals make its
+code new compiles that). The counters are the JVM's, not the run's: work of other threads
+at the same time (another run in the same session) counts too.
 
 Over Spark Connect the client has no SparkContext to tag jobs with or status store to
 read, nor the server's JVM: the profile then has the driver's times only and says its
@@ -31,12 +33,14 @@ jobs were not counted.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark import SparkContext
@@ -68,32 +72,62 @@ class ProfiledJob:
 
 @dataclass(frozen=True)
 class DriverJvmTime:
-    """The driver JVM's garbage collection (seconds of its collectors) and compilation of
-    Spark's generated code (classes compiled, seconds): as counters since the JVM
-    started (`read`), or what a run added to them (`since`)."""
+    """The driver JVM's CPU time (all its threads; None where the process's counters
+    cannot be read), of it the JIT compiler's and the garbage collectors' seconds, and
+    the compilation of Spark's generated code (classes compiled, seconds): as counters
+    since the JVM started (`read`), or what a run added to them (`since`)."""
 
+    cpu_s: float | None
+    jit_s: float
     gc_s: float
     classes_compiled: int
     compile_s: float
 
     @classmethod
-    def read(cls, sc: SparkContext) -> DriverJvmTime:
-        jvm = sc._jvm
-        collectors = getattr(jvm, "java.lang.management.ManagementFactory").getGarbageCollectorMXBeans()
+    def read(cls, sc: SparkContext, pid: int | None) -> DriverJvmTime:
+        """The counters of the driver JVM `sc` runs on, whose process is `pid` (`jvm_pid`)."""
+        management = getattr(sc._jvm, "java.lang.management.ManagementFactory")
+        collectors = management.getGarbageCollectorMXBeans()
         # By index: iterating a Java list from Python ends in an exception the JVM throws,
         # which PySpark's error conversion inspects with some fifty more JVM calls.
         gc_ms = sum(max(0, collectors[i].getCollectionTime()) for i in range(len(collectors)))  # -1: unknown
-        codegen = getattr(jvm, "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator")
-        compilations = getattr(jvm, "org.apache.spark.metrics.source.CodegenMetrics").METRIC_COMPILATION_TIME()
-        return cls(gc_ms / 1000, compilations.getCount(), codegen.compileTime() / 1e9)
+        jit_ms = max(0, management.getCompilationMXBean().getTotalCompilationTime())
+        codegen = getattr(sc._jvm, "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator")
+        compilations = getattr(sc._jvm, "org.apache.spark.metrics.source.CodegenMetrics").METRIC_COMPILATION_TIME()
+        return cls(_process_cpu_s(pid), jit_ms / 1000, gc_ms / 1000, compilations.getCount(),
+                   codegen.compileTime() / 1e9)
 
     def since(self, start: DriverJvmTime) -> DriverJvmTime:
-        return DriverJvmTime(self.gc_s - start.gc_s, self.classes_compiled - start.classes_compiled,
-                             self.compile_s - start.compile_s)
+        cpu = None if self.cpu_s is None or start.cpu_s is None else self.cpu_s - start.cpu_s
+        return DriverJvmTime(cpu, self.jit_s - start.jit_s, self.gc_s - start.gc_s,
+                             self.classes_compiled - start.classes_compiled, self.compile_s - start.compile_s)
 
     def __str__(self) -> str:
-        return (f"garbage collection {self.gc_s:.3f} s, {self.classes_compiled} classes of generated code "
-                f"compiled in {self.compile_s:.3f} s")
+        cpu = "" if self.cpu_s is None else f"CPU {self.cpu_s:.3f} s, "
+        return (f"{cpu}JIT compilation {self.jit_s:.3f} s, garbage collection {self.gc_s:.3f} s, "
+                f"{self.classes_compiled} classes of generated code compiled in {self.compile_s:.3f} s")
+
+
+def jvm_pid(sc: SparkContext) -> int | None:
+    """The process ID of the driver JVM, when it is a process on this machine whose CPU
+    counters `/proc` shows (Linux); else None."""
+    pid = int(getattr(sc._jvm, "java.lang.ProcessHandle").current().pid())
+    try:
+        is_java = b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if is_java else None
+
+
+def _process_cpu_s(pid: int | None) -> float | None:
+    """User and system CPU seconds of process `pid` so far, from `/proc` (None: unknown)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -116,8 +150,8 @@ class RunProfile:
     it. `jobs_counted` is False when the jobs could not be read (`not_counted` says
     why: Spark Connect, or more jobs than the status store keeps); `jobs` is then
     empty. `status_store_s` is what reading the jobs cost the driver. `driver_jvm`: the
-    driver JVM's garbage collection and code compilation during the run (None over Spark
-    Connect)."""
+    driver JVM's CPU, JIT compilation, garbage collection and compilation of generated
+    code during the run (None over Spark Connect)."""
 
     wall_s: float
     phases: tuple[PhaseProfile, ...]
@@ -166,8 +200,9 @@ class RunProfile:
             "not_counted": self.not_counted,
             "status_store_s": round(self.status_store_s, 4),
             "driver_jvm": None if self.driver_jvm is None else {
-                "gc_s": round(self.driver_jvm.gc_s, 4), "classes_compiled": self.driver_jvm.classes_compiled,
-                "compile_s": round(self.driver_jvm.compile_s, 4)},
+                "cpu_s": None if self.driver_jvm.cpu_s is None else round(self.driver_jvm.cpu_s, 4),
+                "jit_s": round(self.driver_jvm.jit_s, 4), "gc_s": round(self.driver_jvm.gc_s, 4),
+                "classes_compiled": self.driver_jvm.classes_compiled, "compile_s": round(self.driver_jvm.compile_s, 4)},
             "phases": {phase.name: {"seconds": round(phase.seconds, 4), "jobs": phase.jobs,
                                     "job_seconds": None if phase.job_seconds is None else round(phase.job_seconds, 4)}
                        for phase in self.phases},
@@ -191,6 +226,7 @@ class Profiler:
     _stack: list[str] = field(default_factory=list)
     _since: float = 0.0
     _tagging: bool = False
+    _jvm_pid: int | None = None
     _jvm_at_start: DriverJvmTime | None = None
 
     @classmethod
@@ -200,7 +236,8 @@ class Profiler:
         if profiler.sc is not None:
             profiler.sc.addJobTag(profiler.run_tag)
             profiler._tagging = True
-            profiler._jvm_at_start = DriverJvmTime.read(profiler.sc)
+            profiler._jvm_pid = jvm_pid(profiler.sc)
+            profiler._jvm_at_start = DriverJvmTime.read(profiler.sc, profiler._jvm_pid)
         return profiler
 
     @contextmanager
@@ -242,7 +279,7 @@ class Profiler:
                               jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)
         reading = time.monotonic()
         driver_jvm = (None if self._jvm_at_start is None
-                      else DriverJvmTime.read(self.sc).since(self._jvm_at_start))
+                      else DriverJvmTime.read(self.sc, self._jvm_pid).since(self._jvm_at_start))
         try:
             jobs = self._jobs(list(self.seconds))
         except SparkJobCountError as exc:
