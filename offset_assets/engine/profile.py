@@ -73,7 +73,7 @@ class ProfiledJob:
 @dataclass(frozen=True)
 class DriverJvmTime:
     """The driver JVM's CPU time (all its threads; None where the process's counters
-    cannot be read), of it the JIT compiler's and the garbage collectors' seconds, and
+    cannot be read, `jvm_pid`), of it the JIT compiler's and the garbage collectors' seconds, and
     the compilation of Spark's generated code (classes compiled, seconds): as counters
     since the JVM started (`read`), or what a run added to them (`since`)."""
 
@@ -109,14 +109,15 @@ class DriverJvmTime:
 
 
 def jvm_pid(sc: SparkContext) -> int | None:
-    """The process ID of the driver JVM, when it is a process on this machine whose CPU
-    counters `/proc` shows (Linux); else None."""
+    """The process ID of the driver JVM when this process launched it (PySpark's gateway,
+    as in every classic session started from Python) and `/proc` shows its counters
+    (Linux); else None: a JVM attached to from elsewhere is not read."""
     pid = int(getattr(sc._jvm, "java.lang.ProcessHandle").current().pid())
     try:
-        is_java = b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
         return None
-    return pid if is_java else None
+    return pid if parent == os.getpid() else None
 
 
 def _process_cpu_s(pid: int | None) -> float | None:
