@@ -113,22 +113,23 @@ def jvm_pid(sc: SparkContext) -> int | None:
     as in every classic session started from Python) and `/proc` shows its counters
     (Linux); else None: a JVM attached to from elsewhere is not read."""
     pid = int(getattr(sc._jvm, "java.lang.ProcessHandle").current().pid())
-    try:
-        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return pid if parent == os.getpid() else None
+    stat = _proc_stat(pid)
+    return pid if stat is not None and int(stat[1]) == os.getpid() else None
 
 
 def _process_cpu_s(pid: int | None) -> float | None:
-    """User and system CPU seconds of process `pid` so far, from `/proc` (None: unknown)."""
-    if pid is None:
-        return None
+    """User and system CPU seconds of process `pid` so far (None: unknown)."""
+    stat = None if pid is None else _proc_stat(pid)
+    return None if stat is None else (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of `/proc/PID/stat` after the command name (state, parent, ...), None
+    where there is no such file."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,8 @@ def column_name_problems(names: Sequence[str]) -> list[str]:
 
 
 def validate_definition(name: str, primary_key: Sequence[str], schema: StructType) -> None:
-    """Refuse a definition that cannot be stored: bad name, reserved or duplicate column
-    names, primary key not in the schema, map columns (not comparable in Spark, so a
+    """Refuse a definition that cannot be stored: bad name, unusable column names
+    (`column_name_problems`), primary key not in the schema, map columns (not comparable in Spark, so a
     version could not be told apart from its predecessor)."""
     validate_table_name(name)
     names = schema.fieldNames()
