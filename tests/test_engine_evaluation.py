@@ -1,6 +1,7 @@
-"""A run over small tables evaluates Spark's expressions interpreted, not compiled, and
-gives the session its own setting back afterwards (real Spark, through the engine and an
-ingestion range); how small is small comes from the catalog's counts."""
+"""A run over small tables evaluates Spark's expressions interpreted, not compiled, runs
+without adaptive execution and its shuffles in few partitions, and gives the session its
+own settings back afterwards (real Spark, through the engine and an ingestion range); how
+small is small comes from the catalog's counts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.evaluation import CODEGEN_FACTORY_MODE, INTERPRETED, evaluates_interpreted
+from offset_assets.engine.evaluation import (
+    ADAPTIVE_EXECUTION,
+    CODEGEN_FACTORY_MODE,
+    INTERPRETED,
+    SHUFFLE_PARTITIONS,
+    is_small_run,
+    small_run_shuffle_partitions,
+)
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.ranges.ingestion import RangeIngestion
 from offset_assets.spark import temporary_setting
@@ -19,15 +27,27 @@ from offset_assets.versioned import VersionedTable, hot_delta
 from tests.test_ingestion import id_job, insert_customers
 
 ITEMS = StructType([StructField("item_id", LongType(), False), StructField("name", StringType(), True)])
-# What Spark does when nothing is set: compile, and fall back to interpreting when that fails.
+# What Spark does when nothing is set: compile (and fall back to interpreting when that
+# fails), adaptive execution, 200 shuffle partitions.
 COMPILED = "FALLBACK"
+USERS_SETTINGS = (COMPILED, "true", "200")
+SMALL_RUN_SETTINGS = (INTERPRETED, "false", "1")
 
 
 @pytest.fixture
 def compiled_session(spark):
-    """The session as a user's is: compiling (the test session itself interprets)."""
-    spark.conf.set(CODEGEN_FACTORY_MODE, COMPILED)
+    """The session as a user's is: Spark's defaults (the test session itself interprets,
+    without adaptive execution, in 2 shuffle partitions; conftest restores them)."""
+    for key, value in zip(SETTINGS, USERS_SETTINGS, strict=True):
+        spark.conf.set(key, value)
     return spark
+
+
+SETTINGS = (CODEGEN_FACTORY_MODE, ADAPTIVE_EXECUTION, SHUFFLE_PARTITIONS)
+
+
+def settings(spark) -> tuple[str, ...]:
+    return tuple(spark.conf.get(key) for key in SETTINGS)
 
 
 def copy_items(spark, plane, warehouse, seen: list[str]) -> Transformation:
@@ -36,38 +56,46 @@ def copy_items(spark, plane, warehouse, seen: list[str]) -> Transformation:
     items.write_delta(spark.createDataFrame([(1, "bolt"), (2, "nut"), (3, "gear")], ITEMS))
 
     def copy(items):
-        seen.append(spark.conf.get(CODEGEN_FACTORY_MODE))
+        seen.append(settings(spark))
         return items
 
     return Transformation("copy_items", [TransformInput(items)], ["item_id"], [copies], copy)
 
 
-def test_the_decision_reads_the_tables_sizes_and_keeps_unknown_sizes_compiled():
-    assert evaluates_interpreted([3, 0, 0], limit=3)
-    assert not evaluates_interpreted([3, 1], limit=3)
-    assert not evaluates_interpreted([1, None], limit=100)
-    assert not evaluates_interpreted([1], limit=0)
+def test_the_decision_reads_the_tables_sizes_and_keeps_unknown_sizes_as_configured():
+    assert is_small_run([3, 0, 0], limit=3)
+    assert not is_small_run([3, 1], limit=3)
+    assert not is_small_run([1, None], limit=100)
+    assert not is_small_run([1], limit=0)
 
 
-def test_a_run_over_small_tables_interprets_and_restores_the_sessions_setting(compiled_session, sqlite_url,
-                                                                                  warehouse):
+def test_a_small_runs_shuffles_have_a_partition_per_50000_rows_within_the_sessions_number():
+    assert small_run_shuffle_partitions(0, configured=200) == 1
+    assert small_run_shuffle_partitions(50_000, configured=200) == 1
+    assert small_run_shuffle_partitions(100_000, configured=200) == 2
+    assert small_run_shuffle_partitions(100_001, configured=200) == 3
+    assert small_run_shuffle_partitions(100_000, configured=1) == 1
+
+
+def test_a_run_over_small_tables_runs_as_a_small_run_and_restores_the_sessions_settings(
+        compiled_session, sqlite_url, warehouse):
     spark, seen = compiled_session, []
     t = copy_items(spark, connect(sqlite_url), warehouse, seen)
     result = IncrementalEngine(spark, connect(sqlite_url)).run_full(t)
-    assert (result.processed_keys, seen) == (3, [INTERPRETED])
-    assert spark.conf.get(CODEGEN_FACTORY_MODE) == COMPILED
+    assert (result.processed_keys, seen) == (3, [SMALL_RUN_SETTINGS])
+    assert settings(spark) == USERS_SETTINGS
     assert sorted(tuple(r) for r in t.outputs[0].read_actual().select("item_id", "name").collect()) == [
         (1, "bolt"), (2, "nut"), (3, "gear")]
 
 
-def test_a_run_over_tables_beyond_the_limit_compiles(compiled_session, sqlite_url, warehouse):
+def test_a_run_over_tables_beyond_the_limit_keeps_the_sessions_settings(compiled_session, sqlite_url, warehouse):
     spark, seen = compiled_session, []
     t = copy_items(spark, connect(sqlite_url), warehouse, seen)
-    # Each run's input holds more than 2 versions; a limit of 0 turns interpreting off.
+    # Each run's input holds more than 2 versions; a limit of 0 makes no run small.
     for limit in (2, 0):
         t.inputs[0].table.write_delta(spark.createDataFrame([(limit + 10, "washer")], ITEMS))
-        IncrementalEngine(spark, connect(sqlite_url), interpreted_rows_limit=limit).run_full(t)
-    assert seen == [COMPILED, COMPILED]
+        IncrementalEngine(spark, connect(sqlite_url), small_run_rows_limit=limit).run_full(t)
+    assert seen == [USERS_SETTINGS, USERS_SETTINGS]
 
 
 def test_a_failing_block_gets_the_sessions_setting_back_and_an_unset_one_stays_unset(spark):
@@ -82,13 +110,13 @@ def test_a_failing_block_gets_the_sessions_setting_back_and_an_unset_one_stays_u
     assert spark.conf.get(key) == "off"
 
 
-def test_an_ingestion_range_into_a_small_table_is_written_interpreted(compiled_session, sqlite_url, warehouse,
+def test_an_ingestion_range_into_a_small_table_is_written_as_a_small_run(compiled_session, sqlite_url, warehouse,
                                                                        source_url, monkeypatch):
     spark, seen = compiled_session, []
     write = hot_delta.HotDelta.write
 
     def recording_write(self, *args, **kwargs):
-        seen.append(spark.conf.get(CODEGEN_FACTORY_MODE))
+        seen.append(settings(spark))
         return write(self, *args, **kwargs)
 
     monkeypatch.setattr(hot_delta.HotDelta, "write", recording_write)
@@ -97,7 +125,7 @@ def test_an_ingestion_range_into_a_small_table_is_written_interpreted(compiled_s
     (small,) = RangeIngestion(spark, plane, id_job(source_url), warehouse).run_pending()
     insert_customers(source_url, ("cid", "Lima", datetime(2022, 1, 2)))
     # The target holds 2 versions and the range 1 row: beyond a limit of 2.
-    (large,) = RangeIngestion(spark, plane, id_job(source_url), warehouse, interpreted_rows_limit=2).run_pending()
+    (large,) = RangeIngestion(spark, plane, id_job(source_url), warehouse, small_run_rows_limit=2).run_pending()
     assert (small.rows_upserted, large.rows_upserted) == (2, 1)
-    assert seen == [INTERPRETED, COMPILED]
-    assert spark.conf.get(CODEGEN_FACTORY_MODE) == COMPILED
+    assert seen == [SMALL_RUN_SETTINGS, USERS_SETTINGS]
+    assert settings(spark) == USERS_SETTINGS

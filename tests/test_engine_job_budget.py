@@ -3,7 +3,9 @@
 Counted with job tags and Spark's status store (`count_spark_jobs`): a count is
 deterministic where a time is not. Budgets (issue: incremental runs cost what their
 changes cost), each counted with adaptive query execution off (the test session's
-setting) and on (`spark.sql.adaptive.enabled=true`, Spark's default):
+setting) and on (`spark.sql.adaptive.enabled=true`, Spark's default). A small run turns
+adaptive execution off (`evaluation.py`), so under "on" the engine makes no run small
+(`small_run_rows_limit=0`): the budgets on are those of runs beyond that limit:
 
 | run | adaptive off | adaptive on |
 |---|---|---|
@@ -56,6 +58,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from bench.posts_world import count_posts, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.spark_jobs import count_spark_jobs
@@ -77,6 +80,12 @@ def adaptive(request, spark) -> str:
     return request.param
 
 
+def engine_for(adaptive: str, spark, plane, **settings) -> IncrementalEngine:
+    """An engine whose runs keep the test's adaptive setting (under "on", no run is small)."""
+    limit = DEFAULT_SMALL_RUN_ROWS_LIMIT if adaptive == "off" else 0
+    return IncrementalEngine(spark, plane, small_run_rows_limit=limit, **settings)
+
+
 SRC = StructType([StructField("id", StringType(), False), StructField("v", LongType(), True)])
 
 
@@ -91,7 +100,7 @@ def copy_world(spark, db_url, warehouse):
 def test_a_run_with_nothing_to_do_starts_no_spark_job(spark, sqlite_url, warehouse, adaptive):
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
-    engine = IncrementalEngine(spark, plane)
+    engine = engine_for(adaptive, spark, plane)
     engine.run_full(copy)
 
     with count_spark_jobs(spark) as jobs:
@@ -126,7 +135,7 @@ def test_an_incremental_copy_run_costs_at_most_4_spark_jobs_5_under_adaptive_exe
                                                                                       adaptive):
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(spark.createDataFrame([(str(i), i) for i in range(200)], SRC))
-    engine = IncrementalEngine(spark, plane)
+    engine = engine_for(adaptive, spark, plane)
     engine.run_full(copy)
     src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(190, 210)], SRC))
 
@@ -139,12 +148,12 @@ def test_an_incremental_copy_run_costs_at_most_4_spark_jobs_5_under_adaptive_exe
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
 
 
-def enriched_posts_processed_once(spark, db_url, warehouse, posts: int):
+def enriched_posts_processed_once(spark, db_url, warehouse, posts: int, adaptive: str = "off"):
     """Posts 1..`posts` of users 1-3 (user p % 3 + 1) and their profiles, enriched once."""
     world = make_world(spark, connect(db_url), warehouse)
     world.write_profiles([(1, "ann"), (2, "bob"), (3, "cyd")])
     world.write_posts([(p, p % 3 + 1, f"t{p}") for p in range(1, posts + 1)])
-    engine = IncrementalEngine(spark, world.posts.plane)
+    engine = engine_for(adaptive, spark, world.posts.plane)
     t = world.enriched_transformation()
     engine.run_full(t)
     return world, engine, t
@@ -152,7 +161,7 @@ def enriched_posts_processed_once(spark, db_url, warehouse, posts: int):
 
 def test_an_incremental_run_with_a_reference_input_costs_at_most_7_spark_jobs(spark, sqlite_url, warehouse,
                                                                               adaptive):
-    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39)
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39, adaptive=adaptive)
     world.write_posts([(5, 2, "edited")])
     world.write_profiles([(3, "cyd-renamed")])
 
@@ -165,13 +174,30 @@ def test_an_incremental_run_with_a_reference_input_costs_at_most_7_spark_jobs(sp
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
 
 
+def test_a_small_run_under_adaptive_execution_runs_without_it_within_the_budget_off(spark, sqlite_url, warehouse):
+    """A user's session keeps Spark's default, adaptive execution on; the engine runs a
+    small run without it (`evaluation.py`) and gives the session its setting back."""
+    spark.conf.set(ADAPTIVE, "true")
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39)
+    world.write_posts([(5, 2, "edited")])
+    world.write_profiles([(3, "cyd-renamed")])
+
+    with count_spark_jobs(spark) as jobs, recorded_plans(spark) as plans:
+        engine.run_full(t)
+
+    assert jobs.count <= BUDGETS["off"]["reference"], jobs.describe()
+    assert plans.plans and plans.with_operator("AdaptiveSparkPlan") == [], plans.describe()
+    assert spark.conf.get(ADAPTIVE) == "true"
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+
+
 def test_a_reference_run_over_compacted_inputs_costs_no_more_jobs_and_plans_no_anti_join(
         spark, sqlite_url, warehouse, adaptive):
     """Both inputs compacted, then changed: every actual read merges a snapshot and the
     deltas after it. The catalog bounds each read within the driver limit, so the newest
     version of each key is ranked in one partition; no anti-join drops the snapshot's
     replaced rows (it would broadcast them: a job of its own under adaptive execution)."""
-    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39)
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39, adaptive=adaptive)
     compact(world.posts)
     compact(world.profiles)
     world.write_posts([(5, 2, "edited"), (6, 1, "moved")])
@@ -271,7 +297,7 @@ def test_a_small_changed_index_is_collected_in_one_spark_job_under_both_settings
     adaptive execution to run apart."""
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(spark.createDataFrame([(str(i), i) for i in range(200)], SRC))
-    engine = IncrementalEngine(spark, plane)
+    engine = engine_for(adaptive, spark, plane)
     engine.run_full(copy)
     src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(190, 210)], SRC))
     index = engine.changed_index(copy)
@@ -299,7 +325,7 @@ def test_a_small_index_checks_its_failed_keys_against_the_meta_in_one_spark_job(
         return src
 
     copy = Transformation("copy", [TransformInput(src)], ["id"], [dst], func=copy_unless_refused, batch_size=10)
-    engine = IncrementalEngine(spark, plane)
+    engine = engine_for(adaptive, spark, plane)
     assert engine.run_full(copy).failed_keys == 30
     failing["on"] = False
     assert engine.run_changelist(copy, [{"id": str(i)} for i in range(10)]).processed_keys == 10
@@ -323,7 +349,7 @@ def test_a_small_reference_change_marks_its_posts_without_a_broadcast(spark, sql
     in place. Collecting its changed join values takes one job and the index one more
     (two under adaptive execution: the versioned read of the posts picks their newest
     versions through a shuffle)."""
-    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=12)
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=12, adaptive=adaptive)
     world.write_posts([(13, 1, "new")])
     world.write_profiles([(3, "cyd-renamed")])
 
@@ -361,7 +387,7 @@ def test_a_run_of_more_keys_than_the_pushdown_limit_costs_4_spark_jobs_5_under_a
     - commit 1 / 1: the meta's new versions written."""
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(rows_from(spark, 0, 30_000, 0))
-    engine = IncrementalEngine(spark, plane)
+    engine = engine_for(adaptive, spark, plane)
     engine.run_full(copy)
     src.write_delta(rows_from(spark, 30_000, 1_500, 1))
     src.write_delta(spark.range(0, 1_500).select(F.format_string("k%06d", F.col("id") * 20).alias("id"),

@@ -76,7 +76,7 @@ def test_a_run_that_compiles_its_expressions_shows_the_code_it_compiled_in_its_p
         spark, sqlite_url, warehouse):
     plane, src, _dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
-    compiling = IncrementalEngine(spark, plane, interpreted_rows_limit=0)
+    compiling = IncrementalEngine(spark, plane, small_run_rows_limit=0)
     with temporary_setting(spark, CODEGEN_FACTORY_MODE, "FALLBACK"):  # a user's session: compiling
         jvm = compiling.run_full(copy).profile.driver_jvm
     # Its delta numbers and offsets are literals in the generated code: new code to compile.

@@ -32,7 +32,7 @@ from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_nam
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.evaluation import DEFAULT_INTERPRETED_ROWS_LIMIT
+from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
 from offset_assets.versioned.registered import open_registered_table
@@ -65,10 +65,11 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         description="Up to this many changed keys are pushed down into reads as an IN list; "
         "beyond it the keys are joined.",
     )
-    interpreted_rows_limit: int = Field(
-        default=DEFAULT_INTERPRETED_ROWS_LIMIT,
-        description="A run whose tables hold at most this many stored versions in all evaluates "
-        "Spark expressions interpreted instead of compiling them afresh (0: always compile).",
+    small_run_rows_limit: int = Field(
+        default=DEFAULT_SMALL_RUN_ROWS_LIMIT,
+        description="A run whose tables hold at most this many stored versions in all is small: "
+        "it evaluates Spark expressions interpreted instead of compiling them afresh, without adaptive "
+        "execution, its shuffles in few partitions (0: every run as the Spark session is configured).",
     )
     row_count: bool = Field(
         default=True,
@@ -95,7 +96,7 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         """An engine with this resource's settings (cheap: state lives in the control plane)."""
         return IncrementalEngine(self.spark_session, self.control_plane(),
                                  lease_ttl_s=self.lease_ttl_s, pushdown_limit=self.pushdown_limit,
-                                 interpreted_rows_limit=self.interpreted_rows_limit)
+                                 small_run_rows_limit=self.small_run_rows_limit)
 
     def table(self, asset_key: dg.AssetKey) -> VersionedTable:
         """The versioned table of an asset, as registered in the delta catalog."""

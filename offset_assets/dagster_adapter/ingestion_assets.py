@@ -153,7 +153,7 @@ def ingestion_asset(
         ingestion = RangeIngestion(incremental_engine.spark_session, incremental_engine.control_plane(),
                                    dataclasses.replace(job, claim_policy=policy),
                                    warehouse=incremental_engine.warehouse,
-                                   interpreted_rows_limit=incremental_engine.interpreted_rows_limit)
+                                   small_run_rows_limit=incremental_engine.small_run_rows_limit)
         results: list[tuple[str, RangeResult]] = []
         for key in _partition_keys(context):
             data_range = _range_to_run(ingestion.log, job, partitions_def, key, context.run.tags)

@@ -18,7 +18,7 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
 from offset_assets.engine.changed_index import ChangedIndex, compute_changed_index
-from offset_assets.engine.evaluation import DEFAULT_INTERPRETED_ROWS_LIMIT
+from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.engine.keys import DEFAULT_DRIVER_LIMIT, KeysLike
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
@@ -38,10 +38,11 @@ class IncrementalEngine:
     this many rows is held by the driver (above: it stays distributed), and the most rows
     a run lets one JVM hold: a join broadcasts a relation only when the catalog's row
     counts bound it within this limit (the changes of an incremental run), any other join
-    is shuffled. `interpreted_rows_limit`: a run whose tables hold at most this many
-    stored versions in all evaluates its expressions interpreted rather than compiling
-    them (`evaluation.py`; 0: every run compiles). Decided before a plan is built, from
-    the catalog, not from a Spark count."""
+    is shuffled. `small_run_rows_limit`: a run whose tables hold at most this many
+    stored versions in all is small: it evaluates its expressions interpreted rather than
+    compiling them, without adaptive execution, its shuffles in few partitions
+    (`evaluation.py`; 0: every run as the session is configured). Decided before a plan is
+    built, from the catalog, not from a Spark count."""
 
     def __init__(
         self,
@@ -50,14 +51,14 @@ class IncrementalEngine:
         lease_ttl_s: float = DEFAULT_TTL_S,
         pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT,
         driver_keys_limit: int = DEFAULT_DRIVER_LIMIT,
-        interpreted_rows_limit: int = DEFAULT_INTERPRETED_ROWS_LIMIT,
+        small_run_rows_limit: int = DEFAULT_SMALL_RUN_ROWS_LIMIT,
     ) -> None:
         self.spark = spark
         self.plane = plane
         self.lease_ttl_s = lease_ttl_s
         self.pushdown_limit = pushdown_limit
         self.driver_keys_limit = driver_keys_limit
-        self.interpreted_rows_limit = interpreted_rows_limit
+        self.small_run_rows_limit = small_run_rows_limit
         self.offsets = OffsetRepository(plane)
         self.catalog = DeltaCatalog(plane)
         self.leases = RunLeases(plane)

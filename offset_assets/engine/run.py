@@ -8,7 +8,7 @@
 
 A run holds the transformation's lease, reads its state from the control plane once
 (`state.py`: snapshot, offsets, the deltas to read, failures, a reprocess request, the
-tables' sizes, which decide whether Spark compiles its expressions: `evaluation.py`),
+tables' sizes, which decide whether it runs as a small run: `evaluation.py`),
 selects its keys (`keys.py`: the changed index, or a changelist's keys), loads each
 batch's inputs (`loading.py`), writes its outputs (`outputs.py`) and commits outputs,
 meta (`meta.py`) and offsets together (`commit.py`):
@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError, error_text
-from offset_assets.engine.evaluation import run_evaluation
+from offset_assets.engine.evaluation import small_run_settings
 from offset_assets.engine.index_request import RunSnapshot
 from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
@@ -127,8 +127,8 @@ class TransformationRun:
     def _open(self) -> None:
         with self._profiler.phase("open"):
             self._read_state()
-            self._session_settings.enter_context(run_evaluation(
-                self.spark, self.state.versions_stored.values(), self.engine.interpreted_rows_limit))
+            self._session_settings.enter_context(small_run_settings(
+                self.spark, self.state.versions_stored.values(), self.engine.small_run_rows_limit))
         with self._profiler.phase("changed_index"):
             selected = select_keys(self.t, self.meta, self.state, self._explicit_keys, self.engine.pushdown_limit,
                                    self.engine.driver_keys_limit)

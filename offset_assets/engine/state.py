@@ -46,7 +46,7 @@ class RunEngine(Protocol):
     lease_ttl_s: float
     pushdown_limit: int
     driver_keys_limit: int
-    interpreted_rows_limit: int
+    small_run_rows_limit: int
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
-from offset_assets.engine.evaluation import DEFAULT_INTERPRETED_ROWS_LIMIT, run_evaluation
+from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
 from offset_assets.engine.profile import Profiler, RunProfile
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError
@@ -145,9 +145,10 @@ class _Steps:
 class RangeIngestion:
     """Runs the ranges of one `IngestionJob` against a control plane and a warehouse.
 
-    `interpreted_rows_limit`: a range whose rows and target table's stored versions are at
-    most this many in all is written with Spark's expressions interpreted, not compiled
-    (as a transformation's run, `offset_assets.engine.evaluation`)."""
+    `small_run_rows_limit`: a range whose rows and target table's stored versions are at
+    most this many in all is written as a small run: Spark's expressions interpreted, not
+    compiled, without adaptive execution (as a transformation's run,
+    `offset_assets.engine.evaluation`)."""
 
     def __init__(
         self,
@@ -156,13 +157,13 @@ class RangeIngestion:
         job: IngestionJob,
         warehouse: str | None = None,
         clock: Callable[[], float] = time.time,
-        interpreted_rows_limit: int = DEFAULT_INTERPRETED_ROWS_LIMIT,
+        small_run_rows_limit: int = DEFAULT_SMALL_RUN_ROWS_LIMIT,
     ) -> None:
         self.spark = spark
         self.plane = plane
         self.job = job
         self.warehouse = warehouse
-        self.interpreted_rows_limit = interpreted_rows_limit
+        self.small_run_rows_limit = small_run_rows_limit
         self.log = JobLog(plane, clock=clock)
         self._clock = clock
 
@@ -248,7 +249,7 @@ class RangeIngestion:
                     # transform, an id range of the primary key's first column bounds its lookups.
                     shaped = self.job.transform is not None
                     sizes = [*table.catalog.versions_stored([table.name]).values(), rows_read]
-                    with run_evaluation(self.spark, sizes, self.interpreted_rows_limit):
+                    with small_run_settings(self.spark, sizes, self.small_run_rows_limit):
                         stats = hot.write(rows, last=True, rows=rows_read,
                                           key_range=None if shaped else _key_range(batch, self.job.target),
                                           column_types=types)
