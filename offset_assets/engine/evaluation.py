@@ -15,8 +15,8 @@ ends, to resize its shuffles and choose its joins by the rows they really hold. 
 run's plans need neither: the engine reads bounded data in one partition, and the
 function's joins of small inputs broadcast either way. The second planning costs more
 than the first on a driver that has run few queries (the demo's small change: after the
-function's join broadcast the profiles, 355 ms passed before the write's job started,
-116 ms without adaptive execution). What adaptive execution would do to a small run's
+function's join broadcast the profiles, 342-355 ms passed before the write's job
+started, 103-130 ms without adaptive execution). What adaptive execution would do to a small run's
 shuffles, merging them into few partitions, is done by the number the run sets: one
 partition per `ROWS_PER_PARTITION` rows the run's tables hold, never more than the
 session's own setting.
