@@ -31,6 +31,7 @@ ITEMS = StructType([StructField("item_id", LongType(), False), StructField("name
 # fails), adaptive execution; and a user's number of shuffle partitions (Spark's 200 would
 # make the runs beyond the limit slow to no purpose here).
 COMPILED = "FALLBACK"
+SETTINGS = (CODEGEN_FACTORY_MODE, ADAPTIVE_EXECUTION, SHUFFLE_PARTITIONS)
 USERS_SETTINGS = (COMPILED, "true", "8")
 SMALL_RUN_SETTINGS = (INTERPRETED, "false", "1")
 
@@ -42,9 +43,6 @@ def compiled_session(spark):
     for key, value in zip(SETTINGS, USERS_SETTINGS, strict=True):
         spark.conf.set(key, value)
     return spark
-
-
-SETTINGS = (CODEGEN_FACTORY_MODE, ADAPTIVE_EXECUTION, SHUFFLE_PARTITIONS)
 
 
 def settings(spark) -> tuple[str, ...]:

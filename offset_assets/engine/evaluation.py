@@ -16,10 +16,10 @@ run's plans need neither: the engine reads bounded data in one partition, and th
 function's joins of small inputs broadcast either way. The second planning costs more
 than the first on a driver that has run few queries (the demo's small change: after the
 function's join broadcast the profiles, 342-355 ms passed before the write's job
-started, 103-130 ms without adaptive execution). What adaptive execution would do to a small run's
-shuffles, merging them into few partitions, is done by the number the run sets: one
-partition per `ROWS_PER_PARTITION` rows the run's tables hold, never more than the
-session's own setting.
+started, 103-130 ms without adaptive execution). What adaptive execution would do to a
+small run's shuffles, merging them into few partitions, is done by the number the run
+sets: one partition per `ROWS_PER_PARTITION` rows the run's tables hold, never more than
+the session's own setting.
 
 So a run whose tables are small sets, on the session while it works, Spark's own
 interpreted path (`spark.sql.codegen.factoryMode`, the one it falls back to when
