@@ -17,7 +17,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # server, no cluster, no Connect server, no SIGKILLed child.
 QUICK := (quick or not spark) and not (postgres or cluster or connect or sigkill)
 
-.PHONY: install demo test test-quick exactness dev bench bench-large bench-cluster lint check-java clean
+.PHONY: install class-archive demo test test-quick exactness dev bench bench-large bench-cluster lint check-java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; offset-assets needs Python 3.11 (set PYTHON=...)" >&2; exit 1; }
@@ -31,34 +31,47 @@ install: $(STAMP)
 check-java:
 	@sh scripts/check_java.sh
 
-demo: install check-java
+# The archive of Spark's classes that every Spark JVM of this installation starts with
+# (offset_assets/class_archive.py: a driver's start and first queries take half the time).
+# Built after each install, in about a minute; where it cannot be built, Spark starts
+# without it (slower, nothing else changes) and the stamp keeps make from retrying.
+ARCHIVE_STAMP := $(VENV)/.class-archive
+
+$(ARCHIVE_STAMP): $(STAMP)
+	@sh scripts/check_java.sh
+	@$(BIN)/offset-assets class-archive || echo "warning: no class archive was built; Spark starts without it" >&2
+	@touch $(ARCHIVE_STAMP)
+
+class-archive: $(ARCHIVE_STAMP)
+
+demo: install check-java class-archive
 	$(BIN)/python -m assets_defs.demo
 
-test: install check-java
+test: install check-java class-archive
 	$(BIN)/python -m pytest $(XDIST) --durations=25
 
-test-quick: install check-java
+test-quick: install check-java class-archive
 	EXACTNESS_HISTORIES=3 $(BIN)/python -m pytest $(XDIST) -m "$(QUICK)" --durations=10
 
-exactness: install check-java
+exactness: install check-java class-archive
 	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest $(XDIST) tests/test_engine_exactness.py -k every_path -s
 
 # The UI with one long-lived local Spark Connect server that every run attaches to
 # (assets_defs/dev.py); `make dev DEV_SPARK=local` starts Spark in each run's process.
-dev: install check-java
+dev: install check-java class-archive
 	$(BIN)/python -m assets_defs.dev
 
-bench: install check-java
+bench: install check-java class-archive
 	$(BIN)/python -m bench.run
 
 # The copy workload at 10M and 100M rows in local[2] with a 4g driver, in one run (the
 # incremental run at 100M against 10M): 6,050 s on two cores, never in `make test`.
-bench-large: install check-java
+bench-large: install check-java class-archive
 	BENCH_NS=10000000,100000000 BENCH_PARTS=by_n BENCH_DRIVER_MEMORY=4g BENCH_OUT=docs/bench/large $(BIN)/python -m bench.copy_workload
 
 # The copy workload's sizes on a throwaway standalone cluster (a master and one worker
 # started from the pyspark wheel): the driver and the executor are separate JVMs.
-bench-cluster: install check-java
+bench-cluster: install check-java class-archive
 	BENCH_MASTER=standalone BENCH_PARTS=by_n BENCH_OUT=docs/bench/cluster $(BIN)/python -m bench.copy_workload
 
 lint: install

@@ -31,6 +31,7 @@ from pathlib import Path
 import pyspark
 
 from assets_defs.warmup import warm_up
+from offset_assets.class_archive import with_class_archive
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, state_dir
 from offset_assets.spark import RUN_COST_CONF, SHORT_JVM_OPTIONS
 
@@ -40,7 +41,7 @@ START_TIMEOUT_S = 180.0
 # data the optimizing compiler's threads cost more than its code saves, and the client
 # compiler's code is ready after a few runs (`bench.dagster_runs --spark connect`, the UI's
 # first small change after a one-run warm-up: the engine 1.52 s -> 1.32 s).
-SERVER_JVM_OPTIONS = SHORT_JVM_OPTIONS
+SERVER_JVM_OPTIONS = with_class_archive(SHORT_JVM_OPTIONS)
 # What the local Connect server's driver runs with: demo-sized data, UTC sessions, and
 # three settings for small data on one machine (a production cluster keeps Spark's
 # defaults). Adaptive execution off: on small data it only runs each shuffle as a job of

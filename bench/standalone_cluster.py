@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyspark
 
+from offset_assets.class_archive import with_class_archive
 from offset_assets.spark import SHORT_JVM_OPTIONS
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -44,7 +45,7 @@ def daemon_env(log_dir: Path) -> dict[str, str]:
         "SPARK_DAEMON_MEMORY": "256m",
         # Master and worker only route messages: the client compiler and one GC thread
         # start them faster on a shared 2-core machine.
-        "SPARK_DAEMON_JAVA_OPTS": SHORT_JVM_OPTIONS,
+        "SPARK_DAEMON_JAVA_OPTS": with_class_archive(SHORT_JVM_OPTIONS),
         "SPARK_LOG_DIR": str(log_dir),
         "PYSPARK_PYTHON": sys.executable,
     }

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
+from offset_assets.class_archive import with_driver_class_archive
 from offset_assets.config import default_spark_master, default_spark_remote
 from offset_assets.errors import JavaNotFoundError, OffsetAssetsError
 
@@ -210,7 +211,8 @@ def get_spark_session(
 ) -> SparkSession:
     """The active session, or a new one with the offset-assets base settings: a Connect
     client when `remote` (else `OFFSET_ASSETS_SPARK_REMOTE`) is set, otherwise a driver
-    of this process on `master` (else `OFFSET_ASSETS_SPARK_MASTER`, else `local[*]`)."""
+    of this process on `master` (else `OFFSET_ASSETS_SPARK_MASTER`, else `local[*]`),
+    its JVM started with the class archive when one is built (`class_archive.py`)."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -223,7 +225,8 @@ def get_spark_session(
     builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master(master)
     builder = builder.appName(app_name)
     defaults = BASE_CONF if remote else {**BASE_CONF, **RUN_COST_CONF}
-    for key, value in {**defaults, **(conf or {})}.items():
+    settings = {**defaults, **(conf or {})}
+    for key, value in (settings if remote else with_driver_class_archive(settings)).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

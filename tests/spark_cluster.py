@@ -36,6 +36,7 @@ from bench.standalone_cluster import (
     launch,
     stop_process,
 )
+from offset_assets.class_archive import with_class_archive
 from offset_assets.spark import SHORT_JVM_OPTIONS
 
 __all__ = ["CLUSTER_APP_CONF", "DRIVER_ENV", "ConnectServer", "ConnectServers", "SparkCluster", "free_port",
@@ -47,8 +48,8 @@ WORKERS = 2
 
 # Settings of every application the tests run on the cluster.
 CLUSTER_APP_CONF = {
-    "spark.driver.extraJavaOptions": SHORT_JVM_OPTIONS,
-    "spark.executor.extraJavaOptions": SHORT_JVM_OPTIONS,
+    "spark.driver.extraJavaOptions": with_class_archive(SHORT_JVM_OPTIONS),
+    "spark.executor.extraJavaOptions": with_class_archive(SHORT_JVM_OPTIONS),
     "spark.cores.max": "1",
     "spark.executor.cores": "1",
     "spark.executor.memory": "512m",
@@ -111,7 +112,8 @@ class ConnectServer:
         # A heap or thread limit reached ends the JVM with a line in its log, rather than
         # leaving its clients to retry a server that no longer answers; a JVM crash
         # writes its report beside the log.
-        java_options = f"{SHORT_JVM_OPTIONS} -XX:+ExitOnOutOfMemoryError -XX:ErrorFile={workdir}/hs_err_%p.log"
+        java_options = with_class_archive(
+            f"{SHORT_JVM_OPTIONS} -XX:+ExitOnOutOfMemoryError -XX:ErrorFile={workdir}/hs_err_%p.log")
         args = [str(SPARK_HOME / "bin" / "spark-submit"),
                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
                 "--name", "offset-assets-tests-connect", "--master", "local[2]",

@@ -18,6 +18,7 @@ import pytest
 from dagster_pyspark import LazyPySparkResource, PySparkResource
 
 from assets_defs.demo.story import NON_EMBEDDED
+from offset_assets.class_archive import ENV_CLASS_ARCHIVE
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE
 from offset_assets.dagster_adapter import (
     IncrementalEngineResource,
@@ -146,6 +147,7 @@ def test_a_missing_java_is_one_line_naming_it_not_a_launcher_traceback(tmp_path)
 def test_spark_session_resource_resolves_an_env_var_master_where_a_spark_config_cannot(monkeypatch, sqlite_url):
     """The one thing SparkSessionResource adds: `master`/`remote` take dg.EnvVar, resolved in the run."""
     monkeypatch.setenv("ANY_MASTER_VARIABLE", "spark://cluster:7077")
+    monkeypatch.setenv(ENV_CLASS_ARCHIVE, "off")  # its options: test_class_archive.py
     seen = []
 
     @dg.asset
@@ -160,6 +162,7 @@ def test_spark_session_resource_resolves_an_env_var_master_where_a_spark_config_
 
 def test_a_spark_config_value_wins_over_the_run_cost_settings(monkeypatch):
     """The run-cost settings sit under a driver's configuration; a Connect client gets none."""
+    monkeypatch.setenv(ENV_CLASS_ARCHIVE, "off")  # its options: test_class_archive.py
     monkeypatch.delenv(ENV_SPARK_MASTER, raising=False)
     monkeypatch.delenv(ENV_SPARK_REMOTE, raising=False)
     own = {"spark.sql.codegen.cache.maxEntries": "50"}
@@ -170,6 +173,7 @@ def test_a_spark_config_value_wins_over_the_run_cost_settings(monkeypatch):
 
 
 def test_a_master_the_caller_names_wins_over_the_environment_default(monkeypatch):
+    monkeypatch.setenv(ENV_CLASS_ARCHIVE, "off")  # its options: test_class_archive.py
     monkeypatch.delenv(ENV_SPARK_MASTER, raising=False)
     monkeypatch.delenv(ENV_SPARK_REMOTE, raising=False)
     assert spark_config_from_environment({"spark.master": "local[2]"}) == {
@@ -180,6 +184,7 @@ def test_a_master_the_caller_names_wins_over_the_environment_default(monkeypatch
 
 def test_the_environment_names_where_spark_runs_only_when_the_caller_does_not(monkeypatch):
     """OFFSET_ASSETS_SPARK_* are defaults, as for get_spark_session(master=...) and SparkSessionResource."""
+    monkeypatch.setenv(ENV_CLASS_ARCHIVE, "off")  # its options: test_class_archive.py
     monkeypatch.delenv(ENV_SPARK_REMOTE, raising=False)
     monkeypatch.setenv(ENV_SPARK_MASTER, "spark://cluster:7077")
     assert spark_config_from_environment({"spark.app.name": "x"}) == {

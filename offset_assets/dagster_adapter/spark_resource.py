@@ -60,6 +60,7 @@ from dagster_pyspark import LazyPySparkResource, PySparkResource
 from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
+from offset_assets.class_archive import with_driver_class_archive
 from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, default_spark_master, default_spark_remote
 from offset_assets.spark import (
     RUN_COST_CONF,
@@ -112,9 +113,10 @@ def _location_from_environment() -> dict[str, str]:
 
 
 def with_run_cost_conf(settings: dict[str, Any]) -> dict[str, Any]:
-    """`settings` with `RUN_COST_CONF` under them for a driver of its own (a Connect
-    client's server holds its own); a value `settings` has wins."""
-    return settings if "spark.remote" in settings else {**RUN_COST_CONF, **settings}
+    """`settings` with `RUN_COST_CONF` under them for a driver of its own, its JVM started
+    with the class archive when one is built (a Connect client's server holds its own);
+    a value `settings` has wins."""
+    return settings if "spark.remote" in settings else with_driver_class_archive({**RUN_COST_CONF, **settings})
 
 
 class SparkSessionResource(LazyPySparkResource):
