@@ -7,7 +7,7 @@ Before its first query a Spark driver loads thousands of classes, each found amo
 it, its first queries 4.0-4.4 s and 2.1-2.3 s (`bench/startup.py`). Every Dagster run
 with a Spark driver of its own starts such a JVM, and so does every test session.
 
-The archive is built once per installation (`offset-assets class-archive`; `make` builds
+The archive is built once per installation (`offset-assets class-archive`; `make test` builds
 it after installing) and looked up at `OFFSET_ASSETS_CLASS_ARCHIVE` (default: inside the
 Python environment, `<sys.prefix>/share/offset-assets/spark-classes.jsa`; `off` turns it
 off). A JVM whose class path or Java build differ from those the archive was built with

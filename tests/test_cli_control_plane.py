@@ -114,7 +114,8 @@ def empty_folder(tmp_path, monkeypatch) -> Path:
 
 # `ranges plan` works on a Dagster instance and may create the control plane, as a
 # sensor's first tick would: its errors are specified in tests/test_cli_ranges.py.
-ELSEWHERE = {"ranges"}
+# `class-archive` acts on no control plane: tests/test_class_archive.py.
+ELSEWHERE = {"ranges", "class-archive"}
 
 
 def test_every_command_is_checked_here():

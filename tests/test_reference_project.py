@@ -34,6 +34,7 @@ from assets_defs.demo.story import (
     ingest_due_ranges,
 )
 from assets_defs.resources import ENV_DEPLOYMENT
+from offset_assets.class_archive import with_driver_class_archive
 from offset_assets.config import ENV_HOME, default_db_url
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.job_log import JobLog
@@ -150,10 +151,11 @@ def test_production_definitions_need_every_location_and_take_them_from_the_envir
     assert (engine.warehouse.env_var_name, engine.offset_store.db_url.env_var_name) == (
         "OFFSET_ASSETS_WAREHOUSE", "OFFSET_ASSETS_DB_URL")
     # dagster-pyspark's lazy resource, its spark_config from the environment (a driver of
-    # its own gets the run-cost settings, a Connect client does not).
+    # its own gets the run-cost settings and the class archive when one is built, a
+    # Connect client neither).
     assert isinstance(engine.spark, LazyPySparkResource)
-    assert engine.spark.spark_config == {**RUN_COST_CONF, "spark.app.name": "offset-assets-reference",
-                                         "spark.master": "spark://master:7077"}
+    assert engine.spark.spark_config == with_driver_class_archive({
+        **RUN_COST_CONF, "spark.app.name": "offset-assets-reference", "spark.master": "spark://master:7077"})
     monkeypatch.setenv("OFFSET_ASSETS_SPARK_REMOTE", "sc://connect:15002")
     monkeypatch.delenv("OFFSET_ASSETS_SPARK_MASTER")
     connect_spark = build_definitions().resources["incremental_engine"].spark

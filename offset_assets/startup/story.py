@@ -20,7 +20,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import ControlPlane, connect, database
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
+from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
@@ -32,6 +32,25 @@ POSTS = StructType([StructField("post_id", LongType(), False), StructField("user
 USERS = StructType([StructField("id", LongType(), False), StructField("name", StringType())])
 ENRICHED = StructType([*POSTS.fields, StructField("author", StringType())])
 HOLDER = "startup-story"
+
+
+def _rows(spark: SparkSession, rows: list[tuple], schema: StructType) -> DataFrame:
+    """`rows` as a local relation: sent as one Arrow table, which a classic session keeps
+    on the driver (a list of tuples would be an RDD of Python objects, read by Spark's
+    Python workers: seconds each on a fresh JVM)."""
+    import pyarrow as pa
+
+    return spark.createDataFrame(pa.table({f.name: [row[i] for row in rows] for i, f in enumerate(schema.fields)}),
+                                 schema)
+
+
+def _write(table: VersionedTable, rows: list[tuple], small_run_rows_limit: int) -> None:
+    """A delta of `rows`, written as the engine writes a small run's (a direct write keeps
+    the session's settings: a young JVM compiling each write's expressions took 2.1-2.4 s
+    for a write of 12 rows, 0.4-0.6 s interpreted)."""
+    stored = table.catalog.versions_stored([table.name])[table.name]
+    with small_run_settings(table.spark, [stored, len(rows)], small_run_rows_limit):
+        table.write_delta(_rows(table.spark, rows, table.schema), holder=HOLDER)
 
 
 def _enrich(posts: DataFrame, users: DataFrame) -> DataFrame:
@@ -64,13 +83,12 @@ def run_story(spark: SparkSession, folder: str, incremental_runs: int,
         t = Transformation("startup", [TransformInput(posts), TransformInput(users, join_keys={"user_id": "id"})],
                            ["post_id"], [enriched], func=_enrich)
         engine = IncrementalEngine(spark, plane, small_run_rows_limit=small_run_rows_limit)
-        users.write_delta(spark.createDataFrame([(u, f"user{u}") for u in range(1, 4)], users.schema), holder=HOLDER)
-        posts.write_delta(spark.createDataFrame([(p, p % 3 + 1, f"post {p}") for p in range(1, 13)], posts.schema),
-                          holder=HOLDER)
+        _write(users, [(u, f"user{u}") for u in range(1, 4)], small_run_rows_limit)
+        _write(posts, [(p, p % 3 + 1, f"post {p}") for p in range(1, 13)], small_run_rows_limit)
         engine.run_full(t)
         for run in range(incremental_runs):
-            users.write_delta(spark.createDataFrame([(1, f"renamed {run}")], users.schema), holder=HOLDER)
-            posts.write_delta(spark.createDataFrame([(2, 2, f"edited {run}")], posts.schema), holder=HOLDER)
+            _write(users, [(1, f"renamed {run}")], small_run_rows_limit)
+            _write(posts, [(2, 2, f"edited {run}")], small_run_rows_limit)
             engine.run_full(t)
         _ingest_users(spark, plane, folder)
     finally:
