@@ -77,8 +77,10 @@ def main() -> None:
     for _ in range(args.rounds):
         for kind, setting in KINDS.items():
             runs[kind].append(measure(setting))
-    report = {"archive": str(archive), "archive_mb": round(archive.stat().st_size / 2**20), "rounds": args.rounds,
-              "kinds": {}}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent.parent,
+                            capture_output=True, text=True).stdout.strip() or None
+    report = {"commit": commit, "archive": str(archive), "archive_mb": round(archive.stat().st_size / 2**20),
+              "rounds": args.rounds, "kinds": {}}
     for kind, measured in runs.items():
         report["kinds"][kind] = {
             key: {"median": round(statistics.median(m[key] for m in measured), 2),

@@ -3,12 +3,12 @@
 Before its first query a Spark driver loads thousands of classes, each found among the
 ~250 jars of the pyspark wheel, read and verified. A JVM started with an archive of them
 (Java's application class-data sharing) maps them from one file instead. Measured on the
-2-core machine, a local session's start took 4.4-4.95 s without it and 2.15-2.39 s with
-it, its first queries 4.0-4.4 s and 2.1-2.3 s (`bench/startup.py`). Every Dagster run
-with a Spark driver of its own starts such a JVM, and so does every test session.
+2-core machine (`bench/startup.py`, medians of 5), a local session's start took 4.12 s
+without it and 2.23 s with it, its first queries 4.03 s and 2.05 s. Every Dagster run
+with a Spark driver of its own starts such a JVM.
 
-The archive is built once per installation (`offset-assets class-archive`; `make test` builds
-it after installing) and looked up at `OFFSET_ASSETS_CLASS_ARCHIVE` (default: inside the
+The archive is built once per installation (`offset-assets class-archive`; `make dev`
+builds it after installing) and looked up at `OFFSET_ASSETS_CLASS_ARCHIVE` (default: inside the
 Python environment, `<sys.prefix>/share/offset-assets/spark-classes.jsa`; `off` turns it
 off). A JVM whose class path or Java build differ from those the archive was built with
 starts without it, silently: the archive only ever saves time, it never changes what runs.
