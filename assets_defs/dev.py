@@ -40,7 +40,8 @@ START_TIMEOUT_S = 180.0
 # The serial collector and the client compiler only (`SHORT_JVM_OPTIONS`): on demo-sized
 # data the optimizing compiler's threads cost more than its code saves, and the client
 # compiler's code is ready after a few runs (`bench.dagster_runs --spark connect`, the UI's
-# first small change after a one-run warm-up: the engine 1.52 s -> 1.32 s).
+# first small change after a one-run warm-up: the engine 1.52 s -> 1.32 s). It maps the
+# class archive that `make dev` builds first (`offset_assets/class_archive.py`).
 SERVER_JVM_OPTIONS = with_class_archive(SHORT_JVM_OPTIONS)
 # What the local Connect server's driver runs with: demo-sized data, UTC sessions, and
 # three settings for small data on one machine (a production cluster keeps Spark's
