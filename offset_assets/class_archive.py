@@ -7,8 +7,8 @@ Before its first query a Spark driver loads thousands of classes, each found amo
 without it and 2.23 s with it, its first queries 4.03 s and 2.05 s. Every Dagster run
 with a Spark driver of its own starts such a JVM.
 
-The archive is built once per installation (`offset-assets class-archive`; `make test`
-and `make dev` build it after installing) and looked up at `OFFSET_ASSETS_CLASS_ARCHIVE`
+The archive is built once per installation (`offset-assets class-archive`; `make dev`
+builds it after installing) and looked up at `OFFSET_ASSETS_CLASS_ARCHIVE`
 (default: inside the Python environment, `<sys.prefix>/share/offset-assets/
 spark-classes.jsa`; `off` turns it off). A JVM whose class path or Java build differ from
 those the archive was built with starts without it, silently: the archive only ever

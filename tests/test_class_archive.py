@@ -1,12 +1,10 @@
 """The class archive (`offset_assets/class_archive.py`): every Spark driver of the
 installation starts with it once it is built, a JVM that cannot use it starts without
-it, and a caller's own choice of class sharing is kept. `make test` builds it first
-(`offset-assets class-archive`), so with CI=true the test session's own JVM must have
-mapped it."""
+it, and a caller's own choice of class sharing is kept; the Java that runs Spark archives
+and maps classes on Spark's class path."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -25,8 +23,6 @@ from offset_assets.class_archive import (
 from offset_assets.cli import main
 from offset_assets.dagster_adapter import spark_config_from_environment
 from offset_assets.spark import RUN_COST_CONF
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 @pytest.fixture
@@ -90,26 +86,38 @@ def test_the_command_builds_nothing_over_an_archive_there_and_names_the_switch_t
     assert f"{ENV_CLASS_ARCHIVE} turns the class archive off" in refused.output
 
 
-def test_the_archive_make_built_is_mapped_by_the_test_sessions_jvm(spark, monkeypatch):
-    """`make test` builds the archive first (`offset-assets class-archive`: a child driver
-    runs the throwaway story and its JVM archives its classes at exit). The session's JVM
-    was started with it and mapped it: a JVM maps an archive only after checking it
-    against its own Java build and class path. And with `-Xshare:on` the same Java
-    refuses to start unless it can map it for the class path Spark's launcher gives every
-    Spark JVM here (the session's own)."""
-    monkeypatch.delenv(ENV_CLASS_ARCHIVE, raising=False)
-    path = default_class_archive()
-    if not path.is_file():
-        if IN_CI:
-            pytest.fail(f"CI=true but {path} is missing: `make test` builds it first (offset-assets class-archive)")
+def _java_of(spark) -> tuple[str, str]:
+    """The Java that runs Spark here and the class path Spark's launcher gives its JVMs."""
+    system = spark.sparkContext._jvm.java.lang.System
+    return str(Path(system.getProperty("java.home")) / "bin" / "java"), system.getProperty("java.class.path")
+
+
+def test_the_java_that_runs_spark_archives_and_maps_classes_on_sparks_class_path(spark, tmp_path):
+    """What the archive rests on, with the real Java and class path: a JVM writes the
+    classes it loaded at exit, and with `-Xshare:on` (which refuses to start rather than
+    run without the archive) maps them for that class path. `make test` does not build
+    the full archive (its JVMs would save about what its 40 s build costs); this is the
+    same mechanism on the classes `java -version` loads."""
+    java, class_path = _java_of(spark)
+    path = tmp_path / "version.jsa"
+    dumped = subprocess.run([java, f"-XX:ArchiveClassesAtExit={path}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off",
+                             "-cp", class_path, "-version"], capture_output=True, text=True, timeout=120)
+    assert dumped.returncode == 0, dumped.stderr
+    assert path.is_file() and path.stat().st_size > 0
+    mapped = subprocess.run([java, "-Xshare:on", f"-XX:SharedArchiveFile={path}", "-cp", class_path, "-version"],
+                            capture_output=True, text=True, timeout=120)
+    assert mapped.returncode == 0, mapped.stderr
+    assert "sharing" in mapped.stderr
+
+
+def test_where_an_archive_is_built_the_test_sessions_jvm_mapped_it(spark):
+    """Where `make dev` (or `offset-assets class-archive`) built the archive before the
+    tests, the session's JVM was started with it and mapped it: a JVM maps an archive
+    only after checking it against its own Java build and class path."""
+    path = configured_class_archive()
+    if path is None or not path.is_file():
         pytest.skip(f"no class archive at {path} (`offset-assets class-archive` builds it)")
     jvm = spark.sparkContext._jvm
     assert f"-XX:SharedArchiveFile={path}" in list(
         jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert str(path) in Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/maps").read_text()
-    system = jvm.java.lang.System
-    checked = subprocess.run([str(Path(system.getProperty("java.home")) / "bin" / "java"), "-Xshare:on",
-                              f"-XX:SharedArchiveFile={path}", "-cp", system.getProperty("java.class.path"),
-                              "-version"], capture_output=True, text=True, timeout=120)
-    assert checked.returncode == 0, checked.stderr
-    assert "sharing" in checked.stderr
