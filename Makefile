@@ -36,7 +36,7 @@ check-java:
 # Built once after each install (about 40 s) by `make dev` and the benchmarks, whose runs
 # start fresh JVMs. The demo and the tests use an archive that is there and do not wait
 # for one: the demo starts one JVM, and the suite's JVMs are mostly its two long-lived
-# sessions (its tests took 690-732 s with every JVM mapping one, 704-740 s without).
+# sessions (its tests took 690-732 s with every JVM mapping one, 704-753 s without).
 # Where it cannot be built, Spark starts without it (slower, nothing else changes) and
 # the stamp keeps make from retrying.
 ARCHIVE_STAMP := $(VENV)/.class-archive

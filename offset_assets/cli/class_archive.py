@@ -18,7 +18,7 @@ from offset_assets.startup.class_archive_build import build_class_archive
 @click.option("--if-missing", is_flag=True, help="Do nothing when the archive is there already.")
 @clear_errors
 def class_archive(path: Path | None, if_missing: bool) -> None:
-    """Build the archive of Spark's classes (about 30 s): Spark drivers then start faster."""
+    """Build the archive of Spark's classes (about 40 s): Spark drivers then start faster."""
     path = path or configured_class_archive()
     if path is None:
         raise click.UsageError(f"{ENV_CLASS_ARCHIVE} turns the class archive off: name a --path to build one")

@@ -1,9 +1,9 @@
 """Building the class archive (`offset_assets.class_archive`): a child Python process
 starts a local Spark driver whose JVM writes, when it exits, every class it loaded into
 the archive (Java's `-XX:ArchiveClassesAtExit`). Before that the child runs the engine's
-throwaway story (`story.py`) twice, so the archive holds the classes a run needs:
-once as a small run (expressions interpreted, no adaptive execution) and once with the
-session's own settings (generated code, adaptive execution).
+throwaway story (`story.py`), so the archive holds the classes a run needs. (Classes of
+generated code are not archived, and Janino's jar is signed, which the JVM does not
+archive either: a story run with compiled expressions would add nothing.)
 
 The child's JVM is started by pyspark's own launcher, so the archive records the class
 path every Spark JVM of this installation starts with (a local driver, a Connect server,
@@ -67,9 +67,7 @@ def _write_archive(partial: Path) -> None:
         "spark.ui.showConsoleProgress": "false",
     })
     with tempfile.TemporaryDirectory(prefix="offset-assets-class-archive-") as folder:
-        started = time.monotonic()
         run_story(spark, folder, incremental_runs=1)
-        print(f"story {time.monotonic() - started:.1f} s", flush=True)
     spark.stop()
 
 

@@ -44,12 +44,12 @@ def _rows(spark: SparkSession, rows: list[tuple], schema: StructType) -> DataFra
                                  schema)
 
 
-def _write(table: VersionedTable, rows: list[tuple], small_run_rows_limit: int) -> None:
+def _write(table: VersionedTable, rows: list[tuple]) -> None:
     """A delta of `rows`, written as the engine writes a small run's (a direct write keeps
     the session's settings: a young JVM compiling each write's expressions took 2.1-2.4 s
     for a write of 12 rows, 0.4-0.6 s interpreted)."""
     stored = table.catalog.versions_stored([table.name])[table.name]
-    with small_run_settings(table.spark, [stored, len(rows)], small_run_rows_limit):
+    with small_run_settings(table.spark, [stored, len(rows)], DEFAULT_SMALL_RUN_ROWS_LIMIT):
         table.write_delta(_rows(table.spark, rows, table.schema), holder=HOLDER)
 
 
@@ -69,11 +69,9 @@ def _ingest_users(spark: SparkSession, plane: ControlPlane, folder: str) -> None
     RangeIngestion(spark, plane, job, folder).run_pending(run_id=HOLDER)
 
 
-def run_story(spark: SparkSession, folder: str, incremental_runs: int,
-              small_run_rows_limit: int = DEFAULT_SMALL_RUN_ROWS_LIMIT) -> None:
+def run_story(spark: SparkSession, folder: str, incremental_runs: int) -> None:
     """The story in `folder` (empty; the caller deletes it): a first run and
-    `incremental_runs` runs after it, then the ingestion. `small_run_rows_limit`: the
-    engine's (0: every run as a run beyond the limit, with the session's own settings)."""
+    `incremental_runs` runs after it, then the ingestion."""
     url = f"sqlite:///{folder}/control_plane.db"
     plane = connect(url)
     try:
@@ -82,13 +80,13 @@ def run_story(spark: SparkSession, folder: str, incremental_runs: int,
         enriched = VersionedTable(spark, plane, "enriched", ["post_id"], ENRICHED, warehouse=folder)
         t = Transformation("startup", [TransformInput(posts), TransformInput(users, join_keys={"user_id": "id"})],
                            ["post_id"], [enriched], func=_enrich)
-        engine = IncrementalEngine(spark, plane, small_run_rows_limit=small_run_rows_limit)
-        _write(users, [(u, f"user{u}") for u in range(1, 4)], small_run_rows_limit)
-        _write(posts, [(p, p % 3 + 1, f"post {p}") for p in range(1, 13)], small_run_rows_limit)
+        engine = IncrementalEngine(spark, plane)
+        _write(users, [(u, f"user{u}") for u in range(1, 4)])
+        _write(posts, [(p, p % 3 + 1, f"post {p}") for p in range(1, 13)])
         engine.run_full(t)
         for run in range(incremental_runs):
-            _write(users, [(1, f"renamed {run}")], small_run_rows_limit)
-            _write(posts, [(2, 2, f"edited {run}")], small_run_rows_limit)
+            _write(users, [(1, f"renamed {run}")])
+            _write(posts, [(2, 2, f"edited {run}")])
             engine.run_full(t)
         _ingest_users(spark, plane, folder)
     finally:
