@@ -102,15 +102,29 @@ def start_connect_server(log: Path) -> subprocess.Popen:
 
 
 def stop(process: subprocess.Popen) -> None:
-    """Stop a process started in its own group, and everything it started."""
-    if process.poll() is not None:
+    """Stop a process started in its own group, and everything it started. The group is
+    signalled even when its leader has exited: `dagster dev` can end before the webserver
+    and daemon it started, which would keep the port."""
+    if not _signal_group(process, signal.SIGTERM):
         return
-    os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        _signal_group(process, signal.SIGKILL)
         process.wait()
+    deadline = time.monotonic() + 20
+    while _signal_group(process, 0) and time.monotonic() < deadline:  # members still ending
+        time.sleep(0.2)
+    _signal_group(process, signal.SIGKILL)
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> bool:
+    """Send `signum` to `process`'s group; False when no member of it is left."""
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _warm(server: subprocess.Popen, remote: str) -> None:
