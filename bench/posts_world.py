@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.local_frames import local_frame
 from offset_assets.versioned.table import VersionedTable
 
 POSTS = StructType([
@@ -60,13 +61,13 @@ class World:
     def write_posts(self, rows: list[tuple], deletes: list[int] = ()) -> None:
         hot = self.posts.open_delta(holder="test")
         if rows:
-            hot.write(self.spark.createDataFrame(rows, POSTS))
+            hot.write(local_frame(self.spark, rows, POSTS))
         if deletes:
-            hot.delete(self.spark.createDataFrame([(d,) for d in deletes], "post_id long"))
+            hot.delete(local_frame(self.spark, [(d,) for d in deletes], "post_id long"))
         hot.commit()
 
     def write_profiles(self, rows: list[tuple]) -> None:
-        self.profiles.write_delta(self.spark.createDataFrame(rows, PROFILES), holder="test")
+        self.profiles.write_delta(local_frame(self.spark, rows, PROFILES), holder="test")
 
     def enriched_transformation(self, **options) -> Transformation:
         return Transformation(

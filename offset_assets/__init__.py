@@ -21,6 +21,7 @@ _EXPORTS = {
     # layer 2
     "VersionedTable": "offset_assets.versioned.table",
     "commit_deltas": "offset_assets.versioned.commit",
+    "local_frame": "offset_assets.local_frames",
     # layer 3
     "Transformation": "offset_assets.engine.transformation",
     "TransformInput": "offset_assets.engine.transformation",

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.posts_world import POSTS, World, make_world
 from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter.run_report import run_metadata
 from offset_assets.engine import IncrementalEngine
+from offset_assets.local_frames import local_rows
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
@@ -71,18 +73,29 @@ def ingestion_analyses(spark: SparkSession, db_url: str, warehouse: str) -> dict
 
 
 def refused_conflict(spark: SparkSession, world: World) -> dict[str, Any]:
-    """A one-pass write (its row count given) of two states of post 11: its counts come
-    back in the write's reply, and they refuse it; nothing of it is kept."""
+    """A one-pass write of two states of post 11 (a list: over Spark Connect a local
+    relation, whose rows the client counts): its counts come back in the write's reply,
+    and they refuse it; nothing of it is kept."""
     before = sorted_rows(world.posts.read_actual())
     hot = world.posts.open_delta(holder="connect-profile")
     try:
-        hot.write(spark.createDataFrame([(11, 1, "x"), (11, 1, "y")], POSTS), rows=2, last=True)
+        hot.write(spark.createDataFrame([(11, 1, "x"), (11, 1, "y")], POSTS), last=True)
         error = None
     except ConflictingStatesError as refused:
         error = {"keys": refused.keys, "message": str(refused)}
     finally:
         hot.rollback()
     return {"error": error, "unchanged": sorted_rows(world.posts.read_actual()) == before}
+
+
+def local_rows_over_connect(spark: SparkSession) -> dict[str, int | None]:
+    """What the client counts of frames built from lists, without asking the server."""
+    listed = spark.createDataFrame([(11, 1, "x"), (12, 1, "y"), (13, 2, "z")], POSTS)
+    with analyses_counted(spark) as analysed:
+        counted = {"list": local_rows(listed), "filtered": local_rows(listed.where("user_id = 1")),
+                   "union": local_rows(listed.unionByName(listed)),
+                   "projected": local_rows(listed.withColumn("sys_op", F.lit(0)))}
+    return {**counted, "analysed": sum(analysed.values())}
 
 
 def main(url: str, db_url: str, warehouse: str) -> None:
@@ -107,6 +120,7 @@ def main(url: str, db_url: str, warehouse: str) -> None:
         "small_change": {"processed_keys": small.processed_keys, "analysed": dict(analysed)},
         "ingestion_range_analysed": ingestion_analyses(spark, db_url, warehouse),
         "refused_conflict": refused_conflict(spark, world),
+        "local_rows": local_rows_over_connect(spark),
     }))
 
 

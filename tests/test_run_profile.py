@@ -200,3 +200,7 @@ def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or
     refused = run["refused_conflict"]
     assert refused["error"]["keys"] == [{"post_id": 11}] and "posts" in refused["error"]["message"]
     assert refused["unchanged"] is True
+    # Over Spark Connect a list is a local relation: the client counts its rows (a bound
+    # through a filter), without a request to the server; a projection may hold a
+    # generator (the server plans `explode` as added rows), so its count is unknown.
+    assert run["local_rows"] == {"list": 3, "filtered": 3, "union": 6, "projected": None, "analysed": 0}

@@ -59,6 +59,7 @@ from pyspark.sql.types import (
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.records import COMMITTED, DeltaInfo, HotCommit, SnapshotInfo
+from offset_assets.local_frames import local_rows
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned import writes
 from offset_assets.versioned.caching import storage_level
@@ -182,6 +183,8 @@ class HotDelta:
         frames the write reads twice are cached on disk only (`caching.storage_level`).
         `rows`: the number of rows of `df` (or a bound of it), when the caller knows it
         without a Spark job: the write then runs in one pass (see the module docstring).
+        Not given, it is read from `df`'s plan when that holds the rows itself (a frame of
+        rows the driver held, `local_frames.local_rows`).
         `key_range`: with `rows`, the lowest and highest value the first primary-key
         column of `df` can hold (an id range's bounds): the candidates are bounded by them
         without a Spark job, and a row outside refuses the write.
@@ -198,6 +201,8 @@ class HotDelta:
         table = self.table
         keep = [refusal.column] if refusal else []
         incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep, given=column_types)
+        if rows is None and key_range is None:
+            rows = local_rows(df)
         if rows is None:
             stats = self._write(incoming, refusal, keep_unchanged=not last, large=large, replacing=replacing)
         else:
@@ -255,7 +260,11 @@ class HotDelta:
             )
         keys = keys_df.withColumn(SYS_OP, F.lit(OP_DELETE))
         others = [c for c in table.data_columns if c not in table.primary_key]
-        return self._write(conform(table.name, keys, table.schema, table.primary_key, others))
+        incoming = conform(table.name, keys, table.schema, table.primary_key, others)
+        rows = local_rows(keys_df)
+        if rows is None:
+            return self._write(incoming)
+        return self._write_in_one_pass(incoming, rows, None, keep_unchanged=True, large=False)
 
     def _write(self, incoming: DataFrame, refusal: Refusal | None = None,
                keep_unchanged: bool = True, large: bool = False, replacing: Replacement | None = None,

@@ -1,0 +1,104 @@
+"""Rows the driver holds, as a frame whose size Spark knows: `local_frame` builds one from
+tuples, `local_rows` reads how many rows a plan of such frames holds, and a direct write
+of one into a versioned table runs in one pass: the same versions and counts as a frame
+Spark must count first, in one Spark job fewer."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+import pytest
+from pyspark.sql import functions as F
+
+from offset_assets.control_plane import connect
+from offset_assets.local_frames import local_frame, local_rows
+from offset_assets.spark_jobs import count_spark_jobs
+from offset_assets.versioned import VersionedTable
+from offset_assets.versioned.errors import ConflictingStatesError
+from tests.test_versioned_one_pass_writes import HISTORY, ROWS, SCHEMA, every_version, files_under
+
+TYPED = "id long not null, at timestamp, day date, amount decimal(10,2), name string"
+TYPED_ROWS = [(1, datetime.datetime(2026, 11, 27, 12, 30), datetime.date(2026, 11, 28), decimal.Decimal("1.50"), "a"),
+              (2, None, None, None, None)]
+
+
+def test_a_local_frame_holds_the_rows_and_types_createdataframe_would(spark):
+    frame = local_frame(spark, TYPED_ROWS, TYPED)
+    listed = spark.createDataFrame(TYPED_ROWS, TYPED)
+    assert frame.schema == listed.schema
+    assert sorted(frame.collect()) == sorted(listed.collect())
+
+
+def test_a_local_frame_refuses_none_in_a_column_declared_not_nullable_and_rows_of_another_width(spark):
+    with pytest.raises(ValueError, match="column 'id' is not nullable"):
+        local_frame(spark, [(None, None, None, None, "a")], TYPED)
+    with pytest.raises(ValueError, match=r"row \(3, 'c'\) has 2 values, the schema 5 columns"):
+        local_frame(spark, [*TYPED_ROWS, (3, "c")], TYPED)
+
+
+def test_local_rows_counts_local_relations_through_projections_filters_and_unions(spark):
+    frame = local_frame(spark, TYPED_ROWS, TYPED)
+    assert local_rows(frame) == 2
+    assert local_rows(frame.withColumn("sys_op", F.lit(0)).select("id", "sys_op")) == 2
+    assert local_rows(frame.where("id > 1")) == 2  # a bound: no more rows than its input
+    assert local_rows(frame.unionByName(frame.where("id = 1"))) == 4
+
+
+def test_local_rows_is_unknown_for_any_other_plan(spark):
+    frame = local_frame(spark, TYPED_ROWS, TYPED)
+    assert local_rows(spark.createDataFrame(TYPED_ROWS, TYPED)) is None  # an RDD of Python rows
+    assert local_rows(frame.join(frame, "id")) is None
+    assert local_rows(frame.select(F.explode(F.array("id", "id")))) is None  # a generator adds rows
+    assert local_rows(spark.range(10)) is None
+
+
+def tables(spark, sqlite_url, warehouse):
+    plane = connect(sqlite_url)
+    return (VersionedTable(spark, plane, "from_a_list", ["id"], SCHEMA, warehouse=warehouse),
+            VersionedTable(spark, plane, "from_local_rows", ["id"], SCHEMA, warehouse=warehouse))
+
+
+def test_a_direct_write_of_local_rows_stores_what_a_counted_one_does_in_one_spark_job_fewer(
+        spark, sqlite_url, warehouse):
+    from_a_list, from_local_rows = tables(spark, sqlite_url, warehouse)
+    jobs = {"list": [], "local": []}
+    for rows in HISTORY:
+        with count_spark_jobs(spark) as listed:
+            counted = from_a_list.open_delta()
+            counted_stats = counted.write(spark.createDataFrame(rows, ROWS), last=True)
+            counted.commit()
+        with count_spark_jobs(spark) as local:
+            one_pass = from_local_rows.open_delta()
+            one_pass_stats = one_pass.write(local_frame(spark, rows, ROWS), last=True)
+            one_pass.commit()
+        assert one_pass_stats == counted_stats
+        jobs["list"].append(listed.count)
+        jobs["local"].append(local.count)
+    assert every_version(from_local_rows) == every_version(from_a_list)
+    # A list is counted by a job of its own, then written; local rows are counted as written.
+    assert jobs == {"list": [2, 2, 2], "local": [1, 1, 1]}
+
+
+def test_a_delete_of_local_keys_removes_them_in_one_spark_job(spark, sqlite_url, warehouse):
+    _, table = tables(spark, sqlite_url, warehouse)
+    table.write_delta(local_frame(spark, HISTORY[0], ROWS))
+    hot = table.open_delta()
+    with count_spark_jobs(spark) as jobs:
+        stats = hot.delete(local_frame(spark, [(1,), (2,)], "id long"))
+    hot.commit()
+    assert jobs.count == 1, jobs.describe()
+    assert (stats.rows_deleted, stats.rows_unchanged) == (2, 0)
+    assert sorted(r.id for r in table.read_actual().collect()) == [3, 4]
+
+
+def test_a_refused_direct_write_of_local_rows_keeps_nothing(spark, sqlite_url, warehouse):
+    _, table = tables(spark, sqlite_url, warehouse)
+    table.write_delta(local_frame(spark, HISTORY[0], ROWS))
+    hot = table.open_delta()
+    before = files_under(hot.data_path)
+    with pytest.raises(ConflictingStatesError, match=r"different states of key\(s\) \[\{'id': 7\}\]"):
+        hot.write(local_frame(spark, [(7, "g", 1.0, 0), (7, "g", 2.0, 0)], ROWS))
+    assert files_under(hot.data_path) == before
+    hot.rollback()
+    assert table.last_committed().delta_num == 1
