@@ -61,6 +61,7 @@ from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.local_frames import local_frame
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.table import VersionedTable
@@ -99,7 +100,7 @@ def copy_world(spark, db_url, warehouse):
 
 def test_a_run_with_nothing_to_do_starts_no_spark_job(spark, sqlite_url, warehouse, adaptive):
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i) for i in range(50)], SRC))
     engine = engine_for(adaptive, spark, plane)
     engine.run_full(copy)
 
@@ -115,10 +116,10 @@ def test_a_run_with_nothing_to_do_starts_no_spark_job(spark, sqlite_url, warehou
 def test_a_complete_v1_run_settles_its_snapshot_so_the_next_idle_run_starts_no_spark_job(
         spark, sqlite_url, warehouse):
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i) for i in range(50)], SRC))
     engine = IncrementalEngine(spark, plane)
     engine.run_full(copy)
-    src.write_delta(spark.createDataFrame([("7", 70), ("60", 60)], SRC))
+    src.write_delta(local_frame(spark, [("7", 70), ("60", 60)], SRC))
     assert engine.run_full(copy, change_detection="v1").processed_keys == 2
 
     with count_spark_jobs(spark) as jobs:
@@ -126,7 +127,7 @@ def test_a_complete_v1_run_settles_its_snapshot_so_the_next_idle_run_starts_no_s
 
     assert jobs.count == 0, jobs.describe()
     assert result.changed_keys == 0
-    src.write_delta(spark.createDataFrame([("7", 700)], SRC))
+    src.write_delta(local_frame(spark, [("7", 700)], SRC))
     assert engine.run_full(copy).processed_keys == 1
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
 
@@ -134,10 +135,10 @@ def test_a_complete_v1_run_settles_its_snapshot_so_the_next_idle_run_starts_no_s
 def test_an_incremental_copy_run_costs_at_most_4_spark_jobs_5_under_adaptive_execution(spark, sqlite_url, warehouse,
                                                                                       adaptive):
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(200)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i) for i in range(200)], SRC))
     engine = engine_for(adaptive, spark, plane)
     engine.run_full(copy)
-    src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(190, 210)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i * 10) for i in range(190, 210)], SRC))
 
     with count_spark_jobs(spark) as jobs:
         result = engine.run_full(copy)
@@ -269,7 +270,7 @@ def test_a_run_streaming_batches_of_distributed_keys_records_their_meta_without_
     commit counted each batch's keys again), and meta holds every key with the right
     outcome."""
     plane, src, dst, _ = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(f"k{i:03d}", i) for i in range(300)], SRC))
+    src.write_delta(local_frame(spark, [(f"k{i:03d}", i) for i in range(300)], SRC))
 
     def copy_but_refuse_one_batch(src):
         if src.where("id = 'k000'").count():
@@ -296,10 +297,10 @@ def test_a_small_changed_index_is_collected_in_one_spark_job_under_both_settings
     index is the deltas' keys, scanned and collected in one job, with no exchange for
     adaptive execution to run apart."""
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(200)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i) for i in range(200)], SRC))
     engine = engine_for(adaptive, spark, plane)
     engine.run_full(copy)
-    src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(190, 210)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i * 10) for i in range(190, 210)], SRC))
     index = engine.changed_index(copy)
 
     with count_spark_jobs(spark) as jobs:
@@ -316,7 +317,7 @@ def test_a_small_index_checks_its_failed_keys_against_the_meta_in_one_spark_job(
     catalog, one partition each, and the check is one job under both settings. Its
     answer is v1's (the full comparison)."""
     plane, src, dst, _ = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(30)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i) for i in range(30)], SRC))
     failing = {"on": True}
 
     def copy_unless_refused(src):
@@ -329,7 +330,7 @@ def test_a_small_index_checks_its_failed_keys_against_the_meta_in_one_spark_job(
     assert engine.run_full(copy).failed_keys == 30
     failing["on"] = False
     assert engine.run_changelist(copy, [{"id": str(i)} for i in range(10)]).processed_keys == 10
-    src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(25, 35)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i * 10) for i in range(25, 35)], SRC))
     index = engine.changed_index(copy)
 
     with count_spark_jobs(spark) as jobs:

@@ -25,6 +25,7 @@ from offset_assets.engine.changed_index import BATCH_COL, FIRST_TS_COL
 from offset_assets.engine.keys import distributed_from_rows, local_from_rows
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.local_frames import local_frame
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.table import VersionedTable
 from tests.spark_plans import recorded_plans
@@ -43,8 +44,8 @@ def copy_world(spark, db_url, warehouse, **options):
 
 
 def write_rows(spark, table, first: int, count: int, version: int) -> None:
-    table.write_delta(spark.createDataFrame([(f"k{i:04d}", i * 10 + version) for i in range(first, first + count)],
-                                            SRC))
+    rows = [(f"k{i:04d}", i * 10 + version) for i in range(first, first + count)]
+    table.write_delta(local_frame(spark, rows, SRC))
 
 
 def assert_streamed(plans, result, keys: int) -> None:

@@ -14,6 +14,7 @@ from offset_assets.cli import main
 from offset_assets.control_plane import connect, database
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.transformation import meta_table_name
+from offset_assets.local_frames import local_frame
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.maintenance import (
     MaintenancePolicy,
@@ -40,7 +41,7 @@ HISTORY = [
 
 
 def write(spark, table: VersionedTable, *rows_of_deltas):
-    return [table.write_delta(spark.createDataFrame(rows, INPUT)) for rows in rows_of_deltas]
+    return [table.write_delta(local_frame(spark, rows, INPUT)) for rows in rows_of_deltas]
 
 
 def every_read(table: VersionedTable) -> dict:

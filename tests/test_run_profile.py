@@ -16,6 +16,7 @@ from offset_assets.dagster_adapter import OffsetStore
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.evaluation import CODEGEN_FACTORY_MODE
 from offset_assets.engine.profile import OTHER, PHASES, TAG_PREFIX, Profiler
+from offset_assets.local_frames import local_frame
 from offset_assets.spark import temporary_setting
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
@@ -29,10 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def changed_copy_world(spark, sqlite_url, warehouse):
     """A copy transformation run once over 50 rows, then 10 rows changed and 5 added."""
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i) for i in range(50)], SRC))
     engine = IncrementalEngine(spark, plane)
     engine.run_full(copy)
-    src.write_delta(spark.createDataFrame([(str(i), i * 10) for i in range(40, 55)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i * 10) for i in range(40, 55)], SRC))
     return engine, copy
 
 
@@ -75,7 +76,7 @@ def test_a_runs_profile_names_its_phases_and_counts_the_jobs_count_spark_jobs_co
 def test_a_run_that_compiles_its_expressions_shows_the_code_it_compiled_in_its_profile(
         spark, sqlite_url, warehouse):
     plane, src, _dst, copy = copy_world(spark, sqlite_url, warehouse)
-    src.write_delta(spark.createDataFrame([(str(i), i) for i in range(50)], SRC))
+    src.write_delta(local_frame(spark, [(str(i), i) for i in range(50)], SRC))
     compiling = IncrementalEngine(spark, plane, small_run_rows_limit=0)
     with temporary_setting(spark, CODEGEN_FACTORY_MODE, "FALLBACK"):  # a user's session: compiling
         jvm = compiling.run_full(copy).profile.driver_jvm
