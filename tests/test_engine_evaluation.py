@@ -12,7 +12,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.evaluation import (
+from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.local_frames import local_frame
+from offset_assets.ranges.ingestion import RangeIngestion
+from offset_assets.spark import temporary_setting
+from offset_assets.versioned import VersionedTable, hot_delta
+from offset_assets.versioned.evaluation import (
     ADAPTIVE_EXECUTION,
     CODEGEN_FACTORY_MODE,
     INTERPRETED,
@@ -20,10 +25,6 @@ from offset_assets.engine.evaluation import (
     is_small_run,
     small_run_shuffle_partitions,
 )
-from offset_assets.engine.transformation import Transformation, TransformInput
-from offset_assets.ranges.ingestion import RangeIngestion
-from offset_assets.spark import temporary_setting
-from offset_assets.versioned import VersionedTable, hot_delta
 from tests.test_ingestion import id_job, insert_customers
 
 ITEMS = StructType([StructField("item_id", LongType(), False), StructField("name", StringType(), True)])
@@ -128,3 +129,31 @@ def test_an_ingestion_range_into_a_small_table_is_written_as_a_small_run(compile
     assert (small.rows_upserted, large.rows_upserted) == (2, 1)
     assert seen == [SMALL_RUN_SETTINGS, USERS_SETTINGS]
     assert settings(spark) == USERS_SETTINGS
+
+
+def test_a_direct_write_of_local_rows_into_a_small_table_is_written_as_a_small_run(
+        compiled_session, sqlite_url, warehouse, monkeypatch):
+    spark, seen = compiled_session, []
+    write_sorted = hot_delta._write_sorted
+
+    def recording_write_sorted(frame, path, primary_key):
+        seen.append(settings(spark))
+        return write_sorted(frame, path, primary_key)
+
+    monkeypatch.setattr(hot_delta, "_write_sorted", recording_write_sorted)
+    items = VersionedTable(spark, connect(sqlite_url), "items", ["item_id"], ITEMS, warehouse=warehouse)
+    items.write_delta(local_frame(spark, [(1, "bolt"), (2, "nut")], ITEMS))
+    # Classified against 2 versions; its unchanged row gets a file of its own (2 writes).
+    items.write_delta(local_frame(spark, [(2, "nut"), (3, "gear")], ITEMS))
+    hot = items.open_delta()
+    hot.delete(local_frame(spark, [(1,)], "item_id long"))
+    hot.commit()
+    # A list is an RDD of Python rows, whose size Spark does not know: the session's settings.
+    items.write_delta(spark.createDataFrame([(4, "washer")], ITEMS))
+    # Local rows into a table beyond the limit: the session's settings.
+    monkeypatch.setattr(hot_delta, "DEFAULT_SMALL_RUN_ROWS_LIMIT", 2)
+    items.write_delta(local_frame(spark, [(5, "spring")], ITEMS))
+    assert seen == [SMALL_RUN_SETTINGS] * 4 + [USERS_SETTINGS] * 2
+    assert settings(spark) == USERS_SETTINGS
+    assert sorted(tuple(r) for r in items.read_actual().select("item_id", "name").collect()) == [
+        (2, "nut"), (3, "gear"), (4, "washer"), (5, "spring")]

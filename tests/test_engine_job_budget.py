@@ -58,12 +58,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from bench.posts_world import count_posts, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import local_frame
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.compaction import compact
+from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.versioned.table import VersionedTable
 from tests.spark_plans import recorded_plans
 

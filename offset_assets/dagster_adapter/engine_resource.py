@@ -32,9 +32,9 @@ from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_nam
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
+from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
 

@@ -18,7 +18,6 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
 from offset_assets.engine.changed_index import ChangedIndex, compute_changed_index
-from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.engine.keys import DEFAULT_DRIVER_LIMIT, KeysLike
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
@@ -26,6 +25,7 @@ from offset_assets.engine.pending import current_request
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import ChangeDetection, Transformation
+from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 
 __all__ = ["IncrementalEngine", "KeysLike", "TransformationRun"]
 

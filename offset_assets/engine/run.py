@@ -39,7 +39,6 @@ from pyspark.sql import DataFrame, SparkSession
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError, error_text
-from offset_assets.engine.evaluation import small_run_settings
 from offset_assets.engine.index_request import RunSnapshot
 from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
@@ -50,6 +49,7 @@ from offset_assets.engine.result import RunMode, RunResult
 from offset_assets.engine.state import RunEngine, RunState
 from offset_assets.engine.transformation import ChangeDetection, Transformation, change_detection_of
 from offset_assets.versioned.caching import storage_level
+from offset_assets.versioned.evaluation import small_run_settings
 from offset_assets.versioned.hot_delta import HotDelta
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,6 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
-from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
 from offset_assets.engine.profile import Profiler, RunProfile
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError
@@ -53,6 +52,7 @@ from offset_assets.ranges.planners import (
 )
 from offset_assets.ranges.sources import RangeSource, SourceBatch
 from offset_assets.versioned.commit import commit_transaction
+from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import column_types, validate_table_name
@@ -148,7 +148,7 @@ class RangeIngestion:
     `small_run_rows_limit`: a range whose rows and target table's stored versions are at
     most this many in all is written as a small run: Spark's expressions interpreted, not
     compiled, without adaptive execution (as a transformation's run,
-    `offset_assets.engine.evaluation`)."""
+    `offset_assets.versioned.evaluation`)."""
 
     def __init__(
         self,

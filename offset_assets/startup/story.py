@@ -20,7 +20,6 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import ControlPlane, connect, database
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import local_frame
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
@@ -36,12 +35,9 @@ HOLDER = "startup-story"
 
 
 def _write(table: VersionedTable, rows: list[tuple]) -> None:
-    """A delta of `rows`, written as the engine writes a small run's (a direct write keeps
-    the session's settings: a young JVM compiling each write's expressions took 2.1-2.4 s
-    for a write of 12 rows, 0.4-0.6 s interpreted)."""
-    stored = table.catalog.versions_stored([table.name])[table.name]
-    with small_run_settings(table.spark, [stored, len(rows)], DEFAULT_SMALL_RUN_ROWS_LIMIT):
-        table.write_delta(local_frame(table.spark, rows, table.schema), holder=HOLDER)
+    """A delta of `rows`, as rows the driver holds: written in one pass, as a small run
+    writes (`HotDelta.write`)."""
+    table.write_delta(local_frame(table.spark, rows, table.schema), holder=HOLDER)
 
 
 def _enrich(posts: DataFrame, users: DataFrame) -> DataFrame:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -71,6 +72,7 @@ from offset_assets.versioned.errors import (
     SchemaMismatchError,
     VersionedTableError,
 )
+from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, ROWS_PER_PARTITION, small_run_settings
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
 from offset_assets.versioned.observed import ObservedAggregates
@@ -86,7 +88,6 @@ ROWS_PER_FILE = 1_000_000
 # A write of at most this many rows (the caller's count) is classified in one partition;
 # a larger one in partitions of at least as many rows, one per core at most.
 SMALL_WRITE_ROWS = 50_000
-ROWS_PER_PARTITION = 50_000
 # A small write of at most this many rows bounds its candidates by its keys' values
 # (an IN list), a larger one by their min and max.
 IN_LIST_ROWS = 1_000
@@ -184,7 +185,8 @@ class HotDelta:
         `rows`: the number of rows of `df` (or a bound of it), when the caller knows it
         without a Spark job: the write then runs in one pass (see the module docstring).
         Not given, it is read from `df`'s plan when that holds the rows itself (a frame of
-        rows the driver held, `local_frames.local_rows`).
+        rows the driver held, `local_frames.local_rows`), and a write of few such rows
+        into a small table runs as a small run does (`_local_write_settings`).
         `key_range`: with `rows`, the lowest and highest value the first primary-key
         column of `df` can hold (an id range's bounds): the candidates are bounded by them
         without a Spark job, and a row outside refuses the write.
@@ -201,15 +203,26 @@ class HotDelta:
         table = self.table
         keep = [refusal.column] if refusal else []
         incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep, given=column_types)
-        if rows is None and key_range is None:
-            rows = local_rows(df)
-        if rows is None:
+        local = local_rows(df) if rows is None and key_range is None else None
+        if local is not None:
+            with self._local_write_settings(local):
+                stats = self._write_in_one_pass(incoming, local, refusal, keep_unchanged=not last, large=large,
+                                                replacing=replacing)
+        elif rows is None:
             stats = self._write(incoming, refusal, keep_unchanged=not last, large=large, replacing=replacing)
         else:
             stats = self._write_in_one_pass(incoming, rows, refusal, keep_unchanged=not last, large=large,
                                             key_range=key_range, replacing=replacing)
         self._last_written = last
         return stats
+
+    def _local_write_settings(self, rows: int) -> AbstractContextManager[None]:
+        """The session's settings for a write of `rows` rows the driver holds: a small
+        run's (`evaluation.py`) when they and the committed versions they are classified
+        against are few, since the write's query reads nothing else."""
+        committed = self._committed()
+        candidates = 0 if committed is None else committed[1]
+        return small_run_settings(self.table.reader.spark, [candidates, rows], DEFAULT_SMALL_RUN_ROWS_LIMIT)
 
     def write_new_versions(self, df: DataFrame, rows: int,
                            column_types: Mapping[str, DataType] | None = None) -> WriteStats:
@@ -261,10 +274,11 @@ class HotDelta:
         keys = keys_df.withColumn(SYS_OP, F.lit(OP_DELETE))
         others = [c for c in table.data_columns if c not in table.primary_key]
         incoming = conform(table.name, keys, table.schema, table.primary_key, others)
-        rows = local_rows(keys_df)
-        if rows is None:
+        local = local_rows(keys_df)
+        if local is None:
             return self._write(incoming)
-        return self._write_in_one_pass(incoming, rows, None, keep_unchanged=True, large=False)
+        with self._local_write_settings(local):
+            return self._write_in_one_pass(incoming, local, None, keep_unchanged=True, large=False)
 
     def _write(self, incoming: DataFrame, refusal: Refusal | None = None,
                keep_unchanged: bool = True, large: bool = False, replacing: Replacement | None = None,
