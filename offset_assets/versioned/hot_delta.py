@@ -8,10 +8,11 @@ back. `HotTable` is what a hot delta needs of its table (`VersionedTable` has it
 A write runs one of two ways:
 - its row count unknown: the classification is cached, counted by one Spark job (its
   counts refuse it before any file is written), then its versions are written;
-- its row count given by the caller (`rows`: a source that counted its range): one
-  pass, the classification counted while its versions are written (an observation of
-  the write's own job, no count job); a refused write's files are deleted before the
-  error is raised. A write of at most `SMALL_WRITE_ROWS` rows is classified in one
+- its row count given by the caller (`rows`: a source that counted its range) or held
+  by its plan (rows the driver holds, `local_frames.local_rows`): one pass, the
+  classification counted while its versions are written (an observation of the write's
+  own job, no count job); a refused write's files are deleted before the error is
+  raised. A write of at most `SMALL_WRITE_ROWS` rows is classified in one
   partition: no shuffle, so its pass is one Spark job with or without adaptive
   execution; a larger one is shuffled once by key into one partition per core (at
   least one per `ROWS_PER_FILE`), each classified, sorted and written as one file.
