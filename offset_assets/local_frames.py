@@ -12,11 +12,20 @@ jobs as a list, 0.26 s and 1 job as a local relation).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    MapType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from offset_assets.spark import is_connect_session
 
@@ -29,22 +38,72 @@ _CONNECT_NARROWING = frozenset({"Filter", "SubqueryAlias", "WithColumnsRenamed",
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: StructType | str) -> DataFrame:
     """`rows` (tuples in `schema`'s column order) as a local relation: sent to Spark as
-    one Arrow table of `schema`'s types. A null in a column `schema` declares not
-    nullable is refused, as `createDataFrame` refuses it (Arrow would keep it)."""
+    one Arrow table of `schema`'s types, each value meaning what `createDataFrame` makes
+    of it (a naive datetime in a timestamp column is the process's local time, whatever
+    the session's time zone). A null in a column `schema` declares not nullable is
+    refused, as `createDataFrame` refuses it (Arrow would keep it).
+
+    A schema with a timestamp inside an array, map or struct is handed to
+    `createDataFrame` as a list (Arrow would read its naive values as UTC): the same
+    values, in a frame a classic session does not count without a job."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
-    arrow_schema = to_arrow_schema(struct, timezone="UTC")
     width = len(struct.fields)
     for row in rows:
         if len(row) != width:
             raise ValueError(f"row {tuple(row)!r} has {len(row)} values, the schema {width} columns {struct.names}")
+    if any(_nested_timestamp(field.dataType) for field in struct.fields):
+        return spark.createDataFrame([tuple(row) for row in rows], struct)
     columns = [[row[i] for row in rows] for i in range(width)]
     for field, values in zip(struct.fields, columns, strict=True):
         if not field.nullable and any(value is None for value in values):
             raise ValueError(f"column {field.name!r} is not nullable, but a row holds None in it")
-    return spark.createDataFrame(pa.Table.from_arrays(columns, schema=arrow_schema), struct)
+    arrays = [_arrow_values(field, values) for field, values in zip(struct.fields, columns, strict=True)]
+    return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=to_arrow_schema(struct, timezone="UTC")),
+                                 struct)
+
+
+def _arrow_values(field: StructField, values: list[Any]) -> list[Any]:
+    """`values` of `field` as Arrow takes them to mean what `createDataFrame` makes of
+    them (and a Spark Connect client sends): a naive datetime in a timestamp column is
+    the process's local time (Arrow alone would read it as UTC, and Spark as the
+    session's time zone), kept exact also in the hour a clock turns back (`fold`); a
+    timestamp without time zone keeps its wall-clock time, whatever its `tzinfo`."""
+    if isinstance(field.dataType, TimestampType):
+        return [_instant(field, v) for v in values]
+    if isinstance(field.dataType, TimestampNTZType):
+        return [_datetime(field, v).replace(tzinfo=None) if v is not None else None for v in values]
+    return values
+
+
+def _instant(field: StructField, value: Any) -> datetime.datetime | None:
+    return None if value is None else _datetime(field, value).astimezone(datetime.UTC)
+
+
+def _datetime(field: StructField, value: Any) -> datetime.datetime:
+    if not isinstance(value, datetime.datetime):
+        raise TypeError(f"column {field.name!r} is {field.dataType.simpleString()}: "
+                        f"{value!r} ({type(value).__name__}) is not a datetime")
+    return value
+
+
+def _nested_timestamp(data_type: DataType) -> bool:
+    """True when `data_type` holds a timestamp inside an array, map or struct."""
+    return not isinstance(data_type, (TimestampType, TimestampNTZType)) and _holds_timestamp(data_type)
+
+
+def _holds_timestamp(data_type: DataType) -> bool:
+    if isinstance(data_type, (TimestampType, TimestampNTZType)):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _holds_timestamp(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return _holds_timestamp(data_type.keyType) or _holds_timestamp(data_type.valueType)
+    if isinstance(data_type, StructType):
+        return any(_holds_timestamp(f.dataType) for f in data_type.fields)
+    return False
 
 
 def local_rows(df: DataFrame) -> int | None:

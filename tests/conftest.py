@@ -110,6 +110,25 @@ def runtime_conf_kept(session) -> Iterator[None]:
                 conf.set(key, value)
 
 
+@contextlib.contextmanager
+def process_time_zone(name: str) -> Iterator[None]:
+    """The Python process's local time zone `name` (the JVM's is not touched): where a
+    naive datetime that pyspark collects or takes means that zone's local time."""
+    import time
+
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = name
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
 @pytest.fixture(scope="session")
 def spark():
     from offset_assets.spark import LOCAL_TEST_CONF, get_spark_session

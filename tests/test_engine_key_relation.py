@@ -27,8 +27,11 @@ from pyspark.sql.types import (
 )
 
 from offset_assets.control_plane import connect
+from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.loading import KeyValues
+from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.table import VersionedTable
+from tests.conftest import process_time_zone
 
 KEYS = StructType([
     StructField("a", LongType(), False), StructField("b", IntegerType()), StructField("c", StringType()),
@@ -59,3 +62,46 @@ def test_keys_a_caller_gave_are_checked_against_the_columns_types(spark, sqlite_
 
     with pytest.raises(TypeError, match="LongType"):
         KeyValues(("a",), (("not a number",),)).frame(table)
+
+
+def readings_schema(at_type) -> StructType:
+    return StructType([StructField("sensor", LongType(), False), StructField("at", at_type, False),
+                       StructField("value", DoubleType())])
+
+
+@pytest.mark.parametrize("session_zone", ["America/New_York", "UTC"])  # the process's: UTC, New York's
+@pytest.mark.parametrize(("keys", "at_type"), [
+    (["sensor", "at"], TimestampType()),  # two key columns: a relation of the keys
+    (["at"], TimestampType()),  # one: an IN filter
+    (["sensor", "at"], TimestampNTZType()),
+    (["at"], TimestampNTZType()),
+])
+def test_timestamp_keys_are_found_when_the_session_time_zone_is_not_the_process_one(
+        spark, sqlite_url, warehouse, keys, at_type, session_zone):
+    # Collected timestamps are the process's local wall-clock times. Before the fix, their
+    # relation read them in the session's time zone (a run found none of its keys' rows,
+    # or failed on a time that zone repeats), and an IN filter compared a timestamp
+    # without time zone in the session's zone with an instant of the process's.
+    spark.conf.set("spark.sql.session.timeZone", session_zone)
+    with process_time_zone("UTC" if session_zone != "UTC" else "America/New_York"):
+        copy_readings_twice(spark, sqlite_url, warehouse, keys, at_type)
+
+
+def copy_readings_twice(spark, sqlite_url, warehouse, keys, at_type) -> None:
+    plane = connect(sqlite_url)
+    schema = readings_schema(at_type)
+    readings = VersionedTable(spark, plane, "readings", keys, schema, warehouse=warehouse)
+    copied = VersionedTable(spark, plane, "copied", keys, schema, warehouse=warehouse)
+    # 01:30:05 on 1 November 2026 happens twice in New York.
+    at = [datetime.datetime(2026, 3, 8, 1, 30), datetime.datetime(2026, 11, 1, 1, 30, 5, 250)]
+    readings.write_delta(spark.createDataFrame([(1, at[0], 1.0), (2, at[1], 2.0)], schema))
+    t = Transformation("copy_readings", [TransformInput(readings)], keys, [copied], lambda readings: readings)
+    engine = IncrementalEngine(spark, plane)
+    assert engine.run_full(t).processed_keys == 2
+
+    readings.write_delta(spark.createDataFrame([(2, at[1], 2.5)], schema))
+    result = engine.run_full(t)
+
+    assert (result.processed_keys, result.failed_keys, result.rows_deleted.get("copied", 0)) == (1, 0, 0)
+    assert sorted(tuple(r) for r in copied.read_actual().select(*schema.names).collect()) == [
+        (1, at[0], 1.0), (2, at[1], 2.5)]

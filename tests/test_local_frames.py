@@ -16,6 +16,7 @@ from offset_assets.local_frames import local_frame, local_rows
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.errors import ConflictingStatesError
+from tests.conftest import process_time_zone
 from tests.test_versioned_one_pass_writes import HISTORY, ROWS, SCHEMA, every_version, files_under
 
 TYPED = "id long not null, at timestamp, day date, amount decimal(10,2), name string"
@@ -35,6 +36,56 @@ def test_a_local_frame_refuses_none_in_a_column_declared_not_nullable_and_rows_o
         local_frame(spark, [(None, None, None, None, "a")], TYPED)
     with pytest.raises(ValueError, match=r"row \(3, 'c'\) has 2 values, the schema 5 columns"):
         local_frame(spark, [*TYPED_ROWS, (3, "c")], TYPED)
+
+
+@pytest.fixture
+def process_in_new_york(spark):
+    """The Python process's local time New York's, the session's time zone UTC: naive
+    datetimes mean the process's local time to `createDataFrame`, not the session's."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    with process_time_zone("America/New_York"):
+        yield
+
+
+def epoch_micros(frame, column: str) -> list:
+    return [r[0] for r in frame.orderBy("id").selectExpr(f"unix_micros({column})").collect()]
+
+
+def test_naive_timestamps_are_the_process_local_times_createdataframe_takes_them_for(spark, process_in_new_york):
+    # 01:30:05 on 1 November 2026 happens twice in New York: `fold` says which.
+    utc = datetime.UTC
+    at = [datetime.datetime(2026, 11, 1, 1, 30, 5), datetime.datetime(2026, 11, 1, 1, 30, 5, fold=1),
+          datetime.datetime(2026, 6, 1, 12, 0, tzinfo=utc), None]
+    rows = [(i, value) for i, value in enumerate(at)]
+    frame = local_frame(spark, rows, "id long, at timestamp")
+    listed = spark.createDataFrame(rows[2:], "id long, at timestamp")
+
+    assert epoch_micros(frame, "at") == [
+        int(datetime.datetime(2026, 11, 1, 5, 30, 5, tzinfo=utc).timestamp()) * 10**6,  # EDT
+        int(datetime.datetime(2026, 11, 1, 6, 30, 5, tzinfo=utc).timestamp()) * 10**6,  # EST
+        *epoch_micros(listed, "at")]
+    assert [r.at for r in frame.orderBy("id").collect()][:2] == at[:2]  # read back as the process's local times
+
+
+def test_timestamps_without_time_zone_keep_their_wall_clock_time(spark, process_in_new_york):
+    wall = datetime.datetime(2026, 11, 27, 12, 30)
+    rows = [(1, wall), (2, wall.replace(tzinfo=datetime.timezone(datetime.timedelta(hours=5))))]
+    frame = local_frame(spark, rows, "id long, at timestamp_ntz")
+    assert [r.at for r in frame.orderBy("id").collect()] == [wall, wall]
+
+
+def test_a_value_that_is_not_a_datetime_in_a_timestamp_column_is_refused_by_name(spark):
+    with pytest.raises(TypeError, match=r"column 'at' is timestamp: datetime.date\(2026, 11, 27\) \(date\)"):
+        local_frame(spark, [(1, datetime.date(2026, 11, 27))], "id long, at timestamp")
+
+
+def test_timestamps_inside_arrays_or_structs_keep_createdataframe_s_meaning(spark, process_in_new_york):
+    schema = "id long, seen array<timestamp>, last struct<at: timestamp>"
+    at = datetime.datetime(2026, 11, 27, 12, 30)
+    rows = [(1, [at], (at,))]
+    frame = local_frame(spark, rows, schema)
+    assert frame.collect() == spark.createDataFrame(rows, schema).collect()
+    assert frame.selectExpr("unix_micros(seen[0])").first()[0] == int(at.timestamp()) * 10**6
 
 
 def test_local_rows_counts_local_relations_through_projections_filters_and_unions(spark):

@@ -91,3 +91,18 @@ def test_a_key_that_looks_like_a_spark_variable_is_not_substituted(spark):
     assert selected(df, in_values("c", keys[:1])) == [0]
     assert selected(df, in_values("c", keys[1:2])) == [1]
     assert selected(df, in_values("c", keys[2:])) == [2]
+
+
+def test_datetimes_mean_what_the_column_holds_whatever_the_session_time_zone(spark):
+    """A collected datetime is a naive wall-clock time: the process's local time for a
+    timestamp, the stored time for one without time zone. Rendered by the column's type,
+    each selects its row also when the session's time zone is not the process's (UTC)."""
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    df = spark.sql("SELECT 1L AS i, TIMESTAMP'2026-06-01 12:00:00.25' AS t, TIMESTAMP_NTZ'2026-06-01 12:00:00' AS n "
+                   "UNION ALL SELECT 2L, TIMESTAMP'2026-06-01 16:00:00', TIMESTAMP_NTZ'2026-06-01 16:00:00'")
+    first = df.where("i = 1").first()
+    t, n = (in_values(c, [first[c]], df.schema[c].dataType) for c in ("t", "n"))
+
+    assert (selected(df, t), selected(df, n)) == ([1], [1])
+    assert str(t) == "Column<'`t` IN (timestamp_micros(1780329600250000L))'>"
+    assert str(n) == "Column<'`n` IN (TIMESTAMP_NTZ '2026-06-01 12:00:00.000000')'>"

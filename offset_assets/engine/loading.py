@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.local_frames import local_frame
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
@@ -97,19 +98,18 @@ class KeyValues:
         return built
 
     def _relation(self, spark: SparkSession, schema: StructType) -> DataFrame:
-        """Typed values on a classic session go to the JVM as one Arrow table, which Spark
-        keeps as a local relation whose size it knows: a join with it in one partition
-        needs no exchange, where Spark plans one beside a relation of unknown size (a
-        list's rows become an RDD of Python objects, counted as infinitely large), and
-        its broadcast runs no job. Values a caller gave are checked row by row (an Arrow
-        cast would convert a string to a number); a Connect client sends a local
-        relation either way."""
+        """Typed values on a classic session go to the JVM as one Arrow table
+        (`local_frame`), which Spark keeps as a local relation whose size it knows: a join
+        with it in one partition needs no exchange, where Spark plans one beside a
+        relation of unknown size (a list's rows become an RDD of Python objects, counted as
+        infinitely large), and its broadcast runs no job. Collected timestamps are the
+        process's local times, which `local_frame` turns into instants: Arrow alone would
+        read them in the session's time zone, and miss every key when the two differ.
+        Values a caller gave are checked row by row (an Arrow cast would convert a string
+        to a number); a Connect client sends a local relation either way."""
         if not self.typed or is_connect_session(spark):
             return spark.createDataFrame(list(self.rows), schema, verifySchema=not self.typed)
-        import pyarrow as pa  # here, not at import: a Dagster run's process that has nothing to do never loads it
-
-        columns = {name: pa.array([row[i] for row in self.rows]) for i, name in enumerate(self.columns)}
-        return spark.createDataFrame(pa.table(columns), schema)
+        return local_frame(spark, self.rows, schema)
 
     def subset(self, rows: tuple[tuple[Any, ...], ...]) -> KeyValues:
         """These keys restricted to `rows` (itself when that is all of them)."""
@@ -130,7 +130,8 @@ def matching_keys(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdow
     a Spark job of its own under adaptive execution. Otherwise the keys are broadcast."""
     on = list(keys.columns)
     if keys.fit_in_filter(pushdown_limit):
-        return df.where(in_values(keys.columns[0], [row[0] for row in keys.rows]))
+        column = keys.columns[0]
+        return df.where(in_values(column, [row[0] for row in keys.rows], table.schema[column].dataType))
     if not in_one_partition:
         return df.join(F.broadcast(keys.frame(table)), on=on, how="left_semi")
     return matching_in_place(df, keys.frame(table), on)

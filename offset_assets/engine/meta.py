@@ -18,6 +18,8 @@ from pyspark.sql.types import BooleanType, DoubleType, StringType, StructField, 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.engine.loading import KeyValues, union_all
 from offset_assets.engine.transformation import Transformation
+from offset_assets.local_frames import local_frame
+from offset_assets.spark import is_connect_session
 from offset_assets.versioned.table import VersionedTable
 
 META_COLUMNS = ("process_ts", "is_success", "error")
@@ -78,13 +80,17 @@ def meta_rows(keys: DataFrame, columns: Sequence[str], process_ts: float, error:
 def meta_frame(meta: VersionedTable, pending: MetaPending, process_ts: float) -> tuple[DataFrame, int, int]:
     """(meta rows, rows, failed rows) of processed and failed batches: one local relation
     when the driver holds the keys of several batches, else the batches' key frames (a
-    single batch's relation is the one its reads built already)."""
+    single batch's relation is the one its reads built already). Keys collected from
+    Spark go as one Arrow table (`local_frame`, as `KeyValues.frame` sends them), keys a
+    caller gave are checked row by row."""
     failed = sum(batch.rows for batch in pending if batch.error is not None)
     total = sum(batch.rows for batch in pending)
     if len(pending) > 1 and all(isinstance(batch.keys, KeyValues) for batch in pending):
         rows = [(*key, process_ts, error is None, None if error is None else error[:ERROR_TEXT_LIMIT])
                 for keys, _, error in pending for key in keys.rows]
         typed = all(batch.keys.typed for batch in pending)
+        if typed and not is_connect_session(meta.spark):
+            return local_frame(meta.spark, rows, meta.schema), total, failed
         return meta.spark.createDataFrame(rows, meta.schema, verifySchema=not typed), total, failed
     frames = [meta_rows(keys if isinstance(keys, DataFrame) else keys.frame(meta), meta.primary_key,
                         process_ts, error)

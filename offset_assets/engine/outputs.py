@@ -145,7 +145,8 @@ class OutputWriter:
             # A filter, not a join: broadcasting even a tiny key relation is a job.
             column = F.col(f"`{keys.columns[0]}`")
             return output.withColumn(
-                STRAY, column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows]))
+                STRAY, column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows],
+                                                     self.key_table.schema[keys.columns[0]].dataType))
         frame = keys.frame(self.key_table) if isinstance(keys, KeyValues) else keys
         flagged = flag_matches(output, frame, self.t.transform_keys, IN_BATCH, in_place=in_one_partition)
         return flagged.withColumn(STRAY, ~F.col(IN_BATCH)).drop(IN_BATCH)

@@ -466,7 +466,7 @@ class HotDelta:
         if rows <= IN_LIST_ROWS:  # the first key column's values
             values = [row[0] for row in incoming.coalesce(1).select(pk[0]).distinct().collect()]
             written = [v for v in values if v is not None]
-            return scan.where(in_values(pk[0], written) if written else F.lit(False))
+            return scan.where(in_values(pk[0], written, table.schema[pk[0]].dataType) if written else F.lit(False))
         return scan.where(_within(incoming.coalesce(1), pk[0]))
 
     def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int], refusal: Refusal | None) -> None:

@@ -10,25 +10,33 @@ Each value is rendered (`sql_text.literal`) as the literal `F.lit(value)` would 
 `int` an int or a bigint, `float` a double, `bool` a boolean, `None` a null), so Spark
 resolves and coerces the expression exactly as it does the `isin` it replaces. Strings
 that SQL text could misread (a quote, a backslash, a `$` that variable substitution would
-act on) are spelled as UTF-8 bytes in hex. A list holding anything else (dates, decimals,
-bytes, non-finite floats), or a column name with a `$` or a backtick, falls back to
-`isin`: correct, only slower.
+act on) are spelled as UTF-8 bytes in hex. A datetime is rendered by the column's type
+(`sql_text.timestamp_literal`): `isin` would make every naive datetime an instant of the
+process's local time, which a timestamp without time zone is compared with in the
+session's time zone, so those keys matched nothing when the two zones differ. A list
+holding anything else (dates, decimals, bytes, non-finite floats), or a column name with
+a `$` or a backtick, falls back to `isin`: correct, only slower.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, TimestampNTZType
 
-from offset_assets.versioned.sql_text import NEEDS_HEX, literal, quoted
+from offset_assets.versioned.sql_text import NEEDS_HEX, literal, quoted, timestamp_literal
 
 
-def in_values(column: str, values: Iterable[object]) -> Column:
-    """`column IN (values)`, the same condition as `F.col(column).isin(values)`."""
+def in_values(column: str, values: Iterable[object], data_type: DataType | None = None) -> Column:
+    """`column IN (values)`, the same condition as `F.col(column).isin(values)`, with the
+    datetimes in `values` meaning what a column of `data_type` holds (None: instants)."""
     values = list(values)
-    rendered = [literal(value) for value in values]
+    without_time_zone = isinstance(data_type, TimestampNTZType)
+    rendered = [timestamp_literal(value, without_time_zone) if isinstance(value, datetime.datetime)
+                else literal(value) for value in values]
     if not values or None in rendered or NEEDS_HEX.search(column) or "`" in column:
         return F.col(f"`{column}`").isin(values)
     return F.expr(f"{quoted(column)} IN ({', '.join(rendered)})")

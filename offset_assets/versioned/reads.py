@@ -236,7 +236,7 @@ class TableReader:
         for column, values in (row_filter.where_in or {}).items():
             if column not in columns:
                 raise VersionedTableError(self.name, f"where_in column {column!r} is not in {columns}")
-            condition = in_values(column, values)
+            condition = in_values(column, values, self.schema[column].dataType)
             (key_filters if column in self.primary_key else value_filters).append(condition)
         if row_filter.keys is not None:
             on = [c for c in row_filter.keys.columns if c in columns]

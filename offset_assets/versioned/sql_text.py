@@ -11,6 +11,8 @@ expression (`DataFrame.selectExpr`), over Spark Connect too.
 
 from __future__ import annotations
 
+import calendar
+import datetime
 import math
 import re
 from collections.abc import Iterable
@@ -90,6 +92,20 @@ def literal(value: object) -> str | None:
         except UnicodeEncodeError:
             return None
     return None
+
+
+def timestamp_literal(value: datetime.datetime, without_time_zone: bool) -> str:
+    """SQL text of a timestamp, exact whatever the session's time zone. An instant is
+    spelled as microseconds since the epoch: a naive value is the process's local time,
+    as `F.lit` and `createDataFrame` take it, with `fold` saying which of an hour the
+    clock turned back (a timestamp literal's text would be read in the session's time
+    zone). A timestamp without time zone is its wall-clock time, `tzinfo` ignored as
+    pyspark ignores it."""
+    if without_time_zone:
+        return f"TIMESTAMP_NTZ '{value.replace(tzinfo=None).isoformat(sep=' ', timespec='microseconds')}'"
+    instant = value.astimezone(datetime.UTC)
+    micros = calendar.timegm(instant.utctimetuple()) * 1_000_000 + instant.microsecond
+    return f"timestamp_micros({micros}L)"
 
 
 def string_literal(value: str) -> str:
