@@ -8,15 +8,22 @@ kind from a list; `local_rows` reads how many rows a frame holds when it is of t
 so that a direct write into a versioned table runs in one pass, as the engine's own
 writes do (a write of 10 rows into a small table in the test session: 0.57 s and 2 Spark
 jobs as a list, 0.26 s and 1 job as a local relation).
+
+Timestamps cross between the driver and Spark as instants both ways: `local_frame`
+reads a naive datetime as the process's local time (as `createDataFrame` does), and
+`collect_instants` collects timestamps as datetimes in UTC, so that the keys the engine
+collects are distinct Python values and find their rows again whatever the session's and
+the process's time zones.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DataType,
@@ -29,6 +36,7 @@ from pyspark.sql.types import (
 
 from offset_assets.spark import is_connect_session
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 # Plan nodes that hold at most the rows of their one child.
 _CLASSIC_NARROWING = frozenset({"Project", "Filter", "SubqueryAlias", "ResolvedHint"})
 # Over Spark Connect a client-side projection may hold a generator (`explode`), which the
@@ -104,6 +112,37 @@ def _holds_timestamp(data_type: DataType) -> bool:
     if isinstance(data_type, StructType):
         return any(_holds_timestamp(f.dataType) for f in data_type.fields)
     return False
+
+
+def collect_instants(frame: DataFrame, columns: Sequence[str], timestamps: Collection[str]) -> list[tuple]:
+    """The rows of `frame` (whose columns are `columns`, in this order) as tuples, the
+    columns named in `timestamps` (of Spark's `timestamp` type) as exact instants:
+    datetimes in UTC, read from their microseconds since the epoch.
+
+    pyspark collects a timestamp as a naive local time of the process, and in the hour a
+    clock turns back two instants are then one Python value (equal, one hash): keys
+    gathered in a set or a dict would lose one of them, and a Spark Connect client does
+    not even keep which of the two it was. Values collected so go back to Spark as the
+    same instants (`local_frame`, `createDataFrame`, literals), whatever the session's
+    or the process's time zone."""
+    if not any(c in timestamps for c in columns):
+        return [tuple(row) for row in frame.collect()]
+    selected = frame.select(*[F.unix_micros(F.col(f"`{c}`")).alias(c) if c in timestamps else F.col(f"`{c}`")
+                              for c in columns])
+    positions = [i for i, c in enumerate(columns) if c in timestamps]
+    rows = []
+    for row in selected.collect():
+        values = list(row)
+        for i in positions:
+            if values[i] is not None:
+                values[i] = _EPOCH + datetime.timedelta(microseconds=values[i])
+        rows.append(tuple(values))
+    return rows
+
+
+def timestamp_columns(types: Mapping[str, DataType]) -> frozenset[str]:
+    """The columns of `types` that hold instants (Spark's `timestamp`), for `collect_instants`."""
+    return frozenset(c for c, t in types.items() if isinstance(t, TimestampType))
 
 
 def local_rows(df: DataFrame) -> int | None:

@@ -105,3 +105,29 @@ def copy_readings_twice(spark, sqlite_url, warehouse, keys, at_type) -> None:
     assert (result.processed_keys, result.failed_keys, result.rows_deleted.get("copied", 0)) == (1, 0, 0)
     assert sorted(tuple(r) for r in copied.read_actual().select(*schema.names).collect()) == [
         (1, at[0], 1.0), (2, at[1], 2.5)]
+
+
+@pytest.mark.parametrize("keys", [["sensor", "at"], ["at"]])
+def test_two_instants_of_the_hour_a_clock_turns_back_stay_two_keys(spark, sqlite_url, warehouse, keys):
+    # In New York 05:30:05Z and 06:30:05Z on 1 November 2026 are both 01:30:05. Collected
+    # as the process's naive local times they were one Python value: a run processed one
+    # key of the two, in one batch of two (a batch of one key each here).
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    schema = readings_schema(TimestampType())
+    plane = connect(sqlite_url)
+    readings = VersionedTable(spark, plane, "readings", keys, schema, warehouse=warehouse)
+    copied = VersionedTable(spark, plane, "copied", keys, schema, warehouse=warehouse)
+    first, second = (datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC) for hour in (5, 6))
+    with process_time_zone("America/New_York"):
+        readings.write_delta(spark.createDataFrame([(1, first, 1.0), (1, second, 2.0)], schema))
+        t = Transformation("copy_readings", [TransformInput(readings)], keys, [copied], lambda readings: readings,
+                           batch_size=1)
+        engine = IncrementalEngine(spark, plane)
+        assert engine.run_full(t).processed_keys == 2
+        readings.write_delta(spark.createDataFrame([(1, second, 2.5)], schema))
+        result = engine.run_full(t)
+
+        stored = copied.read_actual().selectExpr("unix_micros(at)", "value").collect()
+    assert (result.processed_keys, result.failed_keys, result.rows_deleted.get("copied", 0)) == (1, 0, 0)
+    assert sorted(tuple(r) for r in stored) == [
+        (int(first.timestamp()) * 10**6, 1.0), (int(second.timestamp()) * 10**6, 2.5)]

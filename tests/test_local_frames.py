@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from offset_assets.control_plane import connect
-from offset_assets.local_frames import local_frame, local_rows
+from offset_assets.local_frames import collect_instants, local_frame, local_rows, timestamp_columns
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned import VersionedTable
 from offset_assets.versioned.errors import ConflictingStatesError
@@ -86,6 +86,21 @@ def test_timestamps_inside_arrays_or_structs_keep_createdataframe_s_meaning(spar
     frame = local_frame(spark, rows, schema)
     assert frame.collect() == spark.createDataFrame(rows, schema).collect()
     assert frame.selectExpr("unix_micros(seen[0])").first()[0] == int(at.timestamp()) * 10**6
+
+
+def test_collected_instants_are_utc_datetimes_two_values_where_the_local_clock_shows_one(spark, process_in_new_york):
+    frame = spark.sql("SELECT 1L AS id, TIMESTAMP'2026-11-01 05:30:05Z' AS at, TIMESTAMP_NTZ'2026-11-01 01:30:05' AS n "
+                      "UNION ALL SELECT 2L, TIMESTAMP'2026-11-01 06:30:05Z', NULL "
+                      "UNION ALL SELECT 3L, NULL, NULL").orderBy("id")
+    naive = [row.at for row in frame.collect()]
+    rows = collect_instants(frame, ["id", "at", "n"], timestamp_columns({
+        f.name: f.dataType for f in frame.schema.fields}))
+
+    assert naive[0] == naive[1]  # pyspark's local times: 01:30:05 twice
+    utc = [datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC) for hour in (5, 6)]
+    assert rows == [(1, utc[0], datetime.datetime(2026, 11, 1, 1, 30, 5)), (2, utc[1], None), (3, None, None)]
+    assert epoch_micros(local_frame(spark, rows, "id long, at timestamp, n timestamp_ntz"), "at") == epoch_micros(
+        frame, "at")
 
 
 def test_local_rows_counts_local_relations_through_projections_filters_and_unions(spark):

@@ -1,5 +1,6 @@
 """`in_values`: the IN filter of a key lookup, built in one JVM call, selects exactly the
-rows `Column.isin` selects, for every value the engine's keys can hold."""
+rows `Column.isin` selects, for every value the engine's keys can hold; a datetime by
+what the column holds (an instant, or a wall-clock time), which `isin` does not know."""
 
 from __future__ import annotations
 

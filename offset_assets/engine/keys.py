@@ -36,6 +36,7 @@ from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues
 from offset_assets.engine.state import RunState
 from offset_assets.engine.transformation import Transformation
+from offset_assets.local_frames import collect_instants, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.table import VersionedTable
@@ -135,7 +136,7 @@ def collect_index(index_rows: DataFrame, columns: Sequence[str], key_types: Mapp
         table = frame.toArrow()
         if all(_arrow_exact(table.schema.field(i).type) for i in range(len(columns))):
             return table
-    return [tuple(row) for row in frame.collect()]
+    return collect_instants(frame, [*columns, TS_COL, INPUT_COL], timestamp_columns(key_types))
 
 
 def _arrow_exact(arrow_type: Any) -> bool:
@@ -311,12 +312,13 @@ def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | 
                 f"run_changelist of {t.transformation_id!r}: keys lack column(s) {missing}"
             )
         frame = keys.select(*columns).where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns)).distinct()
-        collected = frame.limit(limit + 1).collect()
+        types = {c: t.inputs_with_column(c)[0].table.schema[c].dataType for c in columns}
+        collected = collect_instants(frame.limit(limit + 1), columns, timestamp_columns(types))
         if len(collected) > limit:
             rows = frame.select(*columns, F.lit(None).cast("double").alias("update_ts"),
                                 F.lit(None).cast("string").alias("_input_name"))
             return distributed_from_rows(columns, rows, t.batch_size, with_min_ts=False, broadcast_limit=limit)
-        return local_from_keys(columns, [tuple(row) for row in collected], t.batch_size, typed=True)
+        return local_from_keys(columns, collected, t.batch_size, typed=True)
     values = []
     for row in keys:
         missing = [k for k in columns if k not in row]

@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation, TransformInput
-from offset_assets.local_frames import local_frame
+from offset_assets.local_frames import collect_instants, local_frame, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
@@ -187,7 +187,8 @@ def read_actual_matching(
         (column,) = columns.values()
         # One partition before the limit: a `limit().collect()` over several partitions is
         # a `take`, which starts one Spark job per round of partitions it scans.
-        rows = wanted.coalesce(1).limit(pushdown_limit + 1).collect()
+        rows = collect_instants(wanted.coalesce(1).limit(pushdown_limit + 1), [column],
+                                timestamp_columns({column: table.schema[column].dataType}))
         if len(rows) <= pushdown_limit:
             found = [row[0] for row in rows]
             if not found:
@@ -275,12 +276,15 @@ class InputLoader:
                     if set(ref.join_keys) <= set(columns):
                         distributed_values.setdefault(ref.name, []).append(frame.select(*ref.join_keys))
                 continue
-            groups = one_partition(frame, scanned, limit).groupBy(*columns).count().collect()
-            result.add_rows_read(inp.name, sum(row["count"] for row in groups))
+            groups = collect_instants(one_partition(frame, scanned, limit).groupBy(*columns).count(),
+                                      [*columns, "count"],
+                                      timestamp_columns({c: inp.table.schema[c].dataType for c in columns}))
+            result.add_rows_read(inp.name, sum(row[-1] for row in groups))
             for ref in t.reference_inputs:
                 if set(ref.join_keys) <= set(columns):
                     wanted = join_values.setdefault(ref.name, set())
-                    wanted.update(tuple(row[c] for c in ref.join_keys) for row in groups)
+                    at = [columns.index(c) for c in ref.join_keys]
+                    wanted.update(tuple(row[i] for i in at) for row in groups)
         for ref in t.reference_inputs:
             as_of = self.snapshot_deltas.get(ref.name, 0)
             if isinstance(keys, DataFrame):

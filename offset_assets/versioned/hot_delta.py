@@ -61,7 +61,7 @@ from pyspark.sql.types import (
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.records import COMMITTED, DeltaInfo, HotCommit, SnapshotInfo
-from offset_assets.local_frames import local_rows
+from offset_assets.local_frames import collect_instants, local_rows, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned import writes
 from offset_assets.versioned.caching import storage_level
@@ -464,7 +464,9 @@ class HotDelta:
             return scan.where(_within(incoming, pk[0])).join(keys, on=pk, how="left_semi")
         # One partition, no join: the classification drops the candidates of keys not written.
         if rows <= IN_LIST_ROWS:  # the first key column's values
-            values = [row[0] for row in incoming.coalesce(1).select(pk[0]).distinct().collect()]
+            values = [row[0] for row in collect_instants(
+                incoming.coalesce(1).select(pk[0]).distinct(), [pk[0]],
+                timestamp_columns({pk[0]: table.schema[pk[0]].dataType}))]
             written = [v for v in values if v is not None]
             return scan.where(in_values(pk[0], written, table.schema[pk[0]].dataType) if written else F.lit(False))
         return scan.where(_within(incoming.coalesce(1), pk[0]))
