@@ -14,10 +14,13 @@ COMMAND:
   crash    seed, then SIGKILL this process inside the commit of a run (output files
            written, nothing committed)
   recover  one run of the enriched transformation and its outputs
+  timestamps  runs of a transformation keyed by timestamps that the process's clock
+           shows as one (`timestamp_keys_story`)
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -29,14 +32,16 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from bench.posts_world import World, enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned.layout import WarehousePathError
+from offset_assets.versioned.table import VersionedTable
 from tests.spark_cluster import CLUSTER_APP_CONF
 
 INITIAL_PROFILES = [(1, "ann"), (2, "bob"), (3, "cy")]
@@ -138,6 +143,38 @@ def relative_warehouse(spark: SparkSession, db_url: str) -> dict[str, Any]:
     return {"error": None}
 
 
+def _copy(**frames: DataFrame) -> DataFrame:
+    (frame,) = frames.values()
+    return frame
+
+
+def timestamp_keys_story(spark: SparkSession, db_url: str, warehouse: str) -> dict[str, Any]:
+    """Two readings whose times the process's clock shows as one (05:30:05Z and 06:30:05Z
+    on 1 November 2026, run with TZ=America/New_York), keyed by the time alone and with a
+    sensor id, each key a batch of its own: what each run processed and the instants
+    (microseconds since the epoch) and values stored."""
+    first, second = (datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC) for hour in (5, 6))
+    schema = StructType([StructField("sensor", LongType(), False), StructField("at", TimestampType(), False),
+                         StructField("value", DoubleType())])
+    plane = connect(db_url)
+    told: dict[str, Any] = {}
+    for keys in (["sensor", "at"], ["at"]):
+        name = "_".join(keys)
+        readings = VersionedTable(spark, plane, f"readings_{name}", keys, schema, warehouse=warehouse)
+        copied = VersionedTable(spark, plane, f"copied_{name}", keys, schema, warehouse=warehouse)
+        readings.write_delta(spark.createDataFrame([(1, first, 1.0), (1, second, 2.0)], schema))
+        t = Transformation(f"copy_{name}", [TransformInput(readings)], keys, [copied], _copy, batch_size=1)
+        engine = IncrementalEngine(spark, plane)
+        runs = [engine.run_full(t)]
+        readings.write_delta(spark.createDataFrame([(1, second, 2.5)], schema))
+        runs.append(engine.run_full(t))
+        stored = copied.read_actual().selectExpr("unix_micros(at)", "value").collect()
+        told[name] = {"processed": [run.processed_keys for run in runs],
+                      "errors": [_cause(error) for run in runs for error in run.errors],
+                      "stored": sorted([list(row) for row in stored])}
+    return told
+
+
 def session(flag: str, url: str) -> SparkSession:
     if flag == "--remote":
         return get_spark_session(remote=url)
@@ -152,6 +189,8 @@ def main(command: str, flag: str, url: str, db_url: str, warehouse: str, *rest: 
         crash_in_commit(spark, db_url, warehouse)
     elif command == "recover":
         print(json.dumps(recover(spark, db_url, warehouse)))
+    elif command == "timestamps":
+        print(json.dumps(timestamp_keys_story(spark, db_url, warehouse)))
     else:
         raise SystemExit(f"unknown command {command!r}")
 

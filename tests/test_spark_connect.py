@@ -9,6 +9,7 @@ with the literal rows the story must produce.
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 import subprocess
@@ -27,13 +28,15 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jvm_servers")]
 
 
-def run_story(server: ConnectServer, command: str, *args: str) -> subprocess.CompletedProcess:
-    """`tests.remote_story COMMAND` as a client of `server`."""
-    return run_client(["-m", "tests.remote_story", command, "--remote", server.url, *args], server, {}, timeout=600)
+def run_story(server: ConnectServer, command: str, *args: str, env: dict[str, str] | None = None,
+              ) -> subprocess.CompletedProcess:
+    """`tests.remote_story COMMAND` as a client of `server` (with `env` added to its environment)."""
+    return run_client(["-m", "tests.remote_story", command, "--remote", server.url, *args], server, env or {},
+                      timeout=600)
 
 
-def story_json(server: ConnectServer, command: str, *args: str) -> dict:
-    child = run_story(server, command, *args)
+def story_json(server: ConnectServer, command: str, *args: str, env: dict[str, str] | None = None) -> dict:
+    child = run_story(server, command, *args, env=env)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
@@ -54,6 +57,18 @@ def test_engine_story_over_spark_connect_processes_exactly_the_changes(connect_s
         [14, 3, "e", "cyrus"], [15, 3, "f", "cyrus"], [16, 1, "new", "ann"]]
     assert story["stats"] == story["expected_stats"] == [[1, 3], [2, 1], [3, 2]]
     assert story["hot"] == [False, False]
+
+
+def test_timestamp_keys_that_the_clients_clock_shows_as_one_time_stay_two_keys_over_connect(connect_server, tmp_path):
+    # A Connect client collects a timestamp as its naive local time and drops which of
+    # the repeated hour it was: before the fix, the run processed one key of the two.
+    (tmp_path / "warehouse").mkdir()
+    told = story_json(connect_server, "timestamps", f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse"),
+                      env={"TZ": "America/New_York"})
+    first, second = (int(datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC).timestamp()) * 10**6
+                     for hour in (5, 6))
+    assert told == {name: {"processed": [2, 1], "errors": [], "stored": [[first, 1.0], [second, 2.5]]}
+                    for name in ("sensor_at", "at")}
 
 
 @pytest.mark.sigkill
