@@ -5,13 +5,23 @@ what the column holds (an instant, or a wall-clock time), which `isin` does not 
 from __future__ import annotations
 
 import datetime
+import decimal
 import enum
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DateType, DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from offset_assets.versioned.in_filter import in_values
 
@@ -28,6 +38,11 @@ CASES = {
     "number": (LongType(), INTS),
     "real": (DoubleType(), FLOATS),
     "flag": (BooleanType(), st.booleans()),
+    # From year 1000: `isin` cannot make a literal of an earlier date (pyspark spells the
+    # year with fewer than four digits, which Java's `Date.valueOf` refuses).
+    "day": (DateType(), st.dates(min_value=datetime.date(1000, 1, 1)) | st.sampled_from(
+        [datetime.date(1582, 10, 4), datetime.date(1582, 10, 15), datetime.date(1970, 1, 1),
+         datetime.date(9999, 12, 31)])),
 }
 SLOW_EXAMPLES = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -72,13 +87,21 @@ def test_in_values_is_one_sql_expression_for_strings_and_numbers(spark):
     )
     assert str(in_values("n", [1, 2**40, -3])) == "Column<'`n` IN (1, 1099511627776L, (-3))'>"
     assert str(in_values("n", [enum.IntFlag("Bits", "A B")(2)])) == "Column<'`n` IN (2)'>"
+    assert str(in_values("d", [datetime.date(2026, 11, 29)])) == "Column<'`d` IN (DATE '2026-11-29')'>"
+
+
+def test_dates_before_year_1000_are_found_where_isin_cannot_spell_them(spark):
+    days = [datetime.date(1, 1, 1), datetime.date(999, 12, 31), datetime.date(2026, 11, 29)]
+    df = spark.createDataFrame(list(enumerate(days)), "i long, d date")
+    assert selected(df, in_values("d", days[:2])) == [0, 1]
 
 
 def test_values_without_a_safe_literal_fall_back_to_isin(spark):
-    schema = StructType([StructField("i", LongType()), StructField("d", DateType()), StructField("x", DoubleType())])
-    day = datetime.date(2026, 11, 25)
-    df = spark.createDataFrame([(1, day, float("nan")), (2, datetime.date(2020, 1, 1), 1.0)], schema)
-    assert selected(df, in_values("d", [day])) == [1]
+    schema = StructType([StructField("i", LongType()), StructField("m", DecimalType(10, 2)),
+                         StructField("x", DoubleType())])
+    money = decimal.Decimal("12.50")
+    df = spark.createDataFrame([(1, money, float("nan")), (2, decimal.Decimal("1.00"), 1.0)], schema)
+    assert selected(df, in_values("m", [money])) == [1]
     assert selected(df, in_values("x", [float("nan"), 3.0])) == [1]
     assert selected(df, in_values("x", [])) == []
 

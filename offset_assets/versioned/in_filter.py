@@ -7,14 +7,14 @@ made a run of 5,000 changed keys cost 2.5x a run of 20,000, which look keys up b
 semi-join instead. The SQL text of the same IN is parsed in one call.
 
 Each value is rendered (`sql_text.literal`) as the literal `F.lit(value)` would make (Python `str` a string,
-`int` an int or a bigint, `float` a double, `bool` a boolean, `None` a null), so Spark
+`int` an int or a bigint, `float` a double, `bool` a boolean, a `date` a date, `None` a null), so Spark
 resolves and coerces the expression exactly as it does the `isin` it replaces. Strings
 that SQL text could misread (a quote, a backslash, a `$` that variable substitution would
 act on) are spelled as UTF-8 bytes in hex. A datetime is rendered by the column's type
 (`sql_text.timestamp_literal`): `isin` would make every naive datetime an instant of the
 process's local time, which a timestamp without time zone is compared with in the
 session's time zone, so those keys matched nothing when the two zones differ. A list
-holding anything else (dates, decimals, bytes, non-finite floats), or a column name with
+holding anything else (decimals, bytes, non-finite floats), or a column name with
 a `$` or a backtick, falls back to `isin`: correct, only slower.
 """
 

@@ -77,6 +77,8 @@ def literal(value: object) -> str | None:
         if LONG_MIN <= value <= LONG_MAX:
             return f"({value}L)" if value < 0 else f"{value}L"
         return None
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return f"DATE '{value.isoformat()}'"
     if isinstance(value, float):
         value = float(value)
         # repr() of a float is the shortest text that parses back to the same double.
