@@ -44,6 +44,8 @@ from offset_assets.versioned.layout import WarehousePathError
 from offset_assets.versioned.table import VersionedTable
 from tests.spark_cluster import CLUSTER_APP_CONF
 
+# Two instants that New York's clock shows as one time (01:30:05 on 1 November 2026).
+REPEATED_HOUR = tuple(datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC) for hour in (5, 6))
 INITIAL_PROFILES = [(1, "ann"), (2, "bob"), (3, "cy")]
 INITIAL_POSTS = [(10, 1, "a"), (11, 1, "b"), (12, 2, "c"), (13, 2, "d"), (14, 3, "e"), (15, 3, "f")]
 
@@ -149,11 +151,11 @@ def _copy(**frames: DataFrame) -> DataFrame:
 
 
 def timestamp_keys_story(spark: SparkSession, db_url: str, warehouse: str) -> dict[str, Any]:
-    """Two readings whose times the process's clock shows as one (05:30:05Z and 06:30:05Z
-    on 1 November 2026, run with TZ=America/New_York), keyed by the time alone and with a
+    """Two readings whose times the process's clock shows as one (`REPEATED_HOUR`, run
+    with TZ=America/New_York), keyed by the time alone and with a
     sensor id, each key a batch of its own: what each run processed and the instants
     (microseconds since the epoch) and values stored."""
-    first, second = (datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC) for hour in (5, 6))
+    first, second = REPEATED_HOUR
     schema = StructType([StructField("sensor", LongType(), False), StructField("at", TimestampType(), False),
                          StructField("value", DoubleType())])
     plane = connect(db_url)

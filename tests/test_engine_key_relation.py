@@ -32,6 +32,7 @@ from offset_assets.engine.loading import KeyValues
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.table import VersionedTable
 from tests.conftest import process_time_zone
+from tests.remote_story import REPEATED_HOUR, timestamp_keys_story
 
 KEYS = StructType([
     StructField("a", LongType(), False), StructField("b", IntegerType()), StructField("c", StringType()),
@@ -107,27 +108,14 @@ def copy_readings_twice(spark, sqlite_url, warehouse, keys, at_type) -> None:
         (1, at[0], 1.0), (2, at[1], 2.5)]
 
 
-@pytest.mark.parametrize("keys", [["sensor", "at"], ["at"]])
-def test_two_instants_of_the_hour_a_clock_turns_back_stay_two_keys(spark, sqlite_url, warehouse, keys):
-    # In New York 05:30:05Z and 06:30:05Z on 1 November 2026 are both 01:30:05. Collected
-    # as the process's naive local times they were one Python value: a run processed one
-    # key of the two, in one batch of two (a batch of one key each here).
+def test_two_instants_of_the_hour_a_clock_turns_back_stay_two_keys(spark, sqlite_url, warehouse):
+    # Collected as the process's naive local times, the two instants were one Python
+    # value: a run processed one key of the two (in batches of one key here, so the meta
+    # of several batches too). The same story runs over Spark Connect in
+    # tests/test_spark_connect.py.
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    schema = readings_schema(TimestampType())
-    plane = connect(sqlite_url)
-    readings = VersionedTable(spark, plane, "readings", keys, schema, warehouse=warehouse)
-    copied = VersionedTable(spark, plane, "copied", keys, schema, warehouse=warehouse)
-    first, second = (datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC) for hour in (5, 6))
     with process_time_zone("America/New_York"):
-        readings.write_delta(spark.createDataFrame([(1, first, 1.0), (1, second, 2.0)], schema))
-        t = Transformation("copy_readings", [TransformInput(readings)], keys, [copied], lambda readings: readings,
-                           batch_size=1)
-        engine = IncrementalEngine(spark, plane)
-        assert engine.run_full(t).processed_keys == 2
-        readings.write_delta(spark.createDataFrame([(1, second, 2.5)], schema))
-        result = engine.run_full(t)
-
-        stored = copied.read_actual().selectExpr("unix_micros(at)", "value").collect()
-    assert (result.processed_keys, result.failed_keys, result.rows_deleted.get("copied", 0)) == (1, 0, 0)
-    assert sorted(tuple(r) for r in stored) == [
-        (int(first.timestamp()) * 10**6, 1.0), (int(second.timestamp()) * 10**6, 2.5)]
+        told = timestamp_keys_story(spark, sqlite_url, warehouse)
+    first, second = (int(at.timestamp()) * 10**6 for at in REPEATED_HOUR)
+    assert told == {name: {"processed": [2, 1], "errors": [], "stored": [[first, 1.0], [second, 2.5]]}
+                    for name in ("sensor_at", "at")}

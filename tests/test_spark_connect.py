@@ -9,7 +9,6 @@ with the literal rows the story must produce.
 
 from __future__ import annotations
 
-import datetime
 import json
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 
 from offset_assets.config import ENV_SPARK_REMOTE
 from tests.reference_story import reference_environment
+from tests.remote_story import REPEATED_HOUR
 from tests.spark_cluster import ConnectServer, free_port, run_client
 from tests.test_cluster import run_driver
 
@@ -65,8 +65,7 @@ def test_timestamp_keys_that_the_clients_clock_shows_as_one_time_stay_two_keys_o
     (tmp_path / "warehouse").mkdir()
     told = story_json(connect_server, "timestamps", f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse"),
                       env={"TZ": "America/New_York"})
-    first, second = (int(datetime.datetime(2026, 11, 1, hour, 30, 5, tzinfo=datetime.UTC).timestamp()) * 10**6
-                     for hour in (5, 6))
+    first, second = (int(at.timestamp()) * 10**6 for at in REPEATED_HOUR)
     assert told == {name: {"processed": [2, 1], "errors": [], "stored": [[first, 1.0], [second, 2.5]]}
                     for name in ("sensor_at", "at")}
 
