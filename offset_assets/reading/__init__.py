@@ -12,7 +12,9 @@ catalog, and every read sees one committed catalog state (`state.py`).
 - `errors.py`.
 """
 
+from offset_assets.reading.arrow import read_arrow, read_pandas
 from offset_assets.reading.errors import FilesRemovedError, SystemTimeError, TableTooLargeError
 from offset_assets.reading.tables import VersionedTables
 
-__all__ = ["FilesRemovedError", "SystemTimeError", "TableTooLargeError", "VersionedTables"]
+__all__ = ["FilesRemovedError", "SystemTimeError", "TableTooLargeError", "VersionedTables", "read_arrow",
+           "read_pandas"]
