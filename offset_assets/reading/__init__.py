@@ -12,9 +12,19 @@ catalog, and every read sees one committed catalog state (`state.py`).
 - `errors.py`.
 """
 
-from offset_assets.reading.arrow import read_arrow, read_pandas
-from offset_assets.reading.errors import FilesRemovedError, SystemTimeError, TableTooLargeError
-from offset_assets.reading.tables import VersionedTables
+from offset_assets.lazy_exports import lazy_getattr
 
-__all__ = ["FilesRemovedError", "SystemTimeError", "TableTooLargeError", "VersionedTables", "read_arrow",
-           "read_pandas"]
+# Resolved on first use: the Dagster adapter's resource imports the Spark reads, and no
+# process should pay for pyarrow.dataset's import (a second on a busy machine) unread.
+_EXPORTS = {
+    "VersionedTables": "offset_assets.reading.tables",
+    "read_arrow": "offset_assets.reading.arrow",
+    "read_pandas": "offset_assets.reading.arrow",
+    "FilesRemovedError": "offset_assets.reading.errors",
+    "SystemTimeError": "offset_assets.reading.errors",
+    "TableTooLargeError": "offset_assets.reading.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

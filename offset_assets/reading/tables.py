@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.database import ControlPlane, connect
@@ -34,6 +33,9 @@ from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.layout import DELTAS_DIR, SNAPSHOTS_DIR
 from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["VersionedTables", "to_arrow"]
 
