@@ -7,8 +7,8 @@ process holds a classic session, and a Connect client would switch its functions
 Usage: python -m tests.reading_story COMMAND --remote URL DB_URL WAREHOUSE
 COMMAND:
   clauses  every clause through SQL and the same read through VersionedTable, as JSON
-  views    register every table as a global temp view (as `make dev` does), then read
-           them from another session of the same server
+  views    every table a global temp view (as `make dev` keeps them), read from another
+           session of the same server, before and after a commit
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from offset_assets.control_plane import connect
 from offset_assets.local_frames import local_frame
 from offset_assets.reading.tables import VersionedTables
+from offset_assets.reading.views import GlobalViews
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.table import VersionedTable
@@ -114,14 +115,24 @@ def clause_reads(spark: SparkSession, db_url: str, warehouse: str) -> dict[str, 
 
 
 def global_views(spark: SparkSession, remote: str, db_url: str, warehouse: str) -> dict[str, Any]:
-    """Every table registered as a global temp view, then read by a new session of the
-    same server (a `pyspark --remote` client of `make dev`'s server)."""
-    write_history(spark, db_url, warehouse)
-    registered = VersionedTables(spark, db_url).register_views(global_views=True)
+    """Every table a global temp view (`GlobalViews`, as `make dev` keeps them), read by
+    another session of the same server (a `pyspark --remote` client); a commit, then the
+    views refreshed and read again."""
+    posts, _profiles = write_history(spark, db_url, warehouse, posts_deltas=1)
+    views = GlobalViews(VersionedTables(spark, db_url))
     other = SparkSession.builder.remote(remote).create()
-    seen = {name: rows(other.sql(f"SELECT * FROM global_temp.{name}")) for name in registered}
+
+    def seen() -> list[list[dict[str, Any]]]:
+        return json_rows([other.sql(f"SELECT * FROM global_temp.{name}") for name in ("posts", "profiles")])
+
+    told: dict[str, Any] = {"refreshed": views.refresh(), "registered": dict(views.registered), "seen": seen(),
+                            "expected": json_rows([posts.read_actual(), _profiles.read_actual()]),
+                            "unchanged": views.refresh()}
+    posts.write_delta(local_frame(spark, POSTS_HISTORY[1], POSTS_OP))
+    told.update(refreshed_after_commit=views.refresh(), registered_after_commit=dict(views.registered),
+                posts_after_commit=seen()[0], expected_after_commit=json_rows([posts.read_actual()])[0])
     other.stop()
-    return {"registered": registered, "seen": seen}
+    return told
 
 
 def main(command: str, flag: str, url: str, db_url: str, warehouse: str) -> None:
