@@ -16,7 +16,10 @@ import csv
 import datetime
 import decimal
 import json
+import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -91,7 +94,7 @@ def sql_command(obj: dict[str, Any], query: str, limit: int, fmt: str) -> None:
 
 def _spark_rows(frame_of: Any, plane: Any, limit: int) -> pa.Table:
     """The first `limit` + 1 rows (every row with 0) of the frame `frame_of(tables)`
-    builds, on this process's Spark session; Spark's errors as one message."""
+    builds, on this process's Spark session; Spark's errors as one line."""
     from pyspark.errors import PySparkException
 
     from offset_assets.reading.tables import VersionedTables, to_arrow
@@ -101,9 +104,27 @@ def _spark_rows(frame_of: Any, plane: Any, limit: int) -> pa.Table:
     if not is_connect_session(spark):
         spark.sparkContext.setLogLevel("ERROR")
     try:
-        return to_arrow(frame_of(VersionedTables(spark, plane)), limit + 1 if limit else None)
+        with _quiet_query_context_loggers():
+            return to_arrow(frame_of(VersionedTables(spark, plane)), limit + 1 if limit else None)
     except PySparkException as exc:
-        raise SparkQueryError(str(exc).split("\n\nJVM stacktrace:")[0].strip()) from None
+        # Spark's message without its plan or stack trace, on one line; positions are left
+        # out: they would count in the text Spark ran, which the clauses rewrote.
+        raise SparkQueryError(" ".join(exc.getMessage().split())) from None
+
+
+@contextmanager
+def _quiet_query_context_loggers() -> Iterator[None]:
+    """PySpark logs a failed query's error to stderr as a JSON line before raising it;
+    the command prints it once, as its error."""
+    loggers = [logging.getLogger(name) for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
+    before = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        for logger, disabled in zip(loggers, before, strict=True):
+            logger.disabled = disabled
 
 
 def _print(rows: pa.Table, limit: int, fmt: str) -> None:
