@@ -46,10 +46,14 @@ _TABLE_PATH = re.compile(rf"(\S+?)/(?:{DELTAS_DIR}|{SNAPSHOTS_DIR})/[0-9]{{12}}-
 
 class VersionedTables:
     """The versioned tables of the control plane `plane` (a `ControlPlane` or its URL),
-    read by name in the Spark session `spark` (classic or Spark Connect).
+    read by name in the Spark session `spark` (classic or Spark Connect): the delta
+    catalog knows each table's key, schema and files.
 
-    `warehouse` is only a fallback: reads open the files the catalog names, wherever
-    they are; a table's warehouse is taken from its files."""
+    `read(name, as_of_delta=..., as_of=...)` is the actual state, `changes(name,
+    since_delta=... | since=...)` the versions written since, `sql(query)` Spark SQL with
+    Prostore's `FOR SYSTEM_TIME` clauses, `register_views()` every table as a temp view.
+    Each call reads one committed catalog state. `warehouse` is only a fallback: reads
+    open the files the catalog names, and a table's warehouse is taken from them."""
 
     def __init__(self, spark: SparkSession, plane: ControlPlane | str, warehouse: str | None = None) -> None:
         self.spark = spark
