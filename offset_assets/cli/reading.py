@@ -62,7 +62,7 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
 def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int, fmt: str) -> None:
     """Print the actual state of versioned TABLE: its columns, then sys_from, sys_to,
     sys_op and update_ts. Read without a JVM when its files fit the limit of that read
-    (1 GiB), else through Spark."""
+    (256 MiB), else through Spark."""
     from offset_assets.reading.arrow import ArrowRead
     from offset_assets.reading.errors import TableTooLargeError
 

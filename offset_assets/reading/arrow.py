@@ -9,12 +9,13 @@ update_ts included), by the same rules. The catalog is read at one commit state
 at delta n is the newest version of each key among the latest snapshot at or below n
 and the deltas after it, deletes removing the key (a NULL key is a key like any other).
 
-Memory: every version of the snapshot and the deltas after it is held at once, then
-sorted by key: about the data's size in Arrow (for Parquet's compressed columns several
-times its size on disk) plus 8 bytes per version for the sort. `max_bytes` (default
-1 GiB of files) refuses a larger table with `TableTooLargeError` before anything is read;
-such a table is read with Spark (`VersionedTables`), which spills to disk and runs
-distributed. Files are opened through the warehouse's fsspec layer
+Memory: every version of the snapshot and the deltas after it is held at once (Arrow
+holds them uncompressed: for Parquet's compressed and dictionary-encoded columns many
+times their size on disk), plus the key columns and 8 bytes per version for the sort,
+plus the result. `max_bytes` (default 256 MiB of files) refuses a larger table with
+`TableTooLargeError` before anything is read; such a table is read with Spark
+(`VersionedTables`), which spills to disk and runs distributed. docs/reading.md has the
+measured peak against the size on disk. Files are opened through the warehouse's fsspec layer
 (`WarehouseFiles`): local paths and every URI fsspec speaks.
 """
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_BYTES", "ArrowRead", "read_arrow", "read_pandas"]
 
-DEFAULT_MAX_BYTES = 1 << 30
+DEFAULT_MAX_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,14 @@ class ArrowRead:
         if UPDATE_TS not in snapshot.column_names:
             snapshot = snapshot.append_column(UPDATE_TS, pa.nulls(snapshot.num_rows, pa.float64()))
         versions = versions.append_column(UPDATE_TS, pa.nulls(versions.num_rows, pa.float64()))
-        state = snapshot if versions.num_rows == 0 else _newest_per_key(
-            pa.concat_tables([snapshot, versions]), self.primary_key)
-        state = state.filter(pc.equal(state[SYS_OP], OP_UPSERT))
+        # A snapshot alone is the state (one upsert per key); otherwise the newest version
+        # of each key, unless it is a delete, taken from the versions once.
+        if versions.num_rows:
+            every = pa.concat_tables([snapshot, versions])
+            newest = _newest_per_key(every, self.primary_key)
+            state = every.take(pc.filter(newest, pc.equal(pc.take(every[SYS_OP], newest), OP_UPSERT)))
+        else:
+            state = snapshot
         update_ts = pc.coalesce(state[UPDATE_TS], self._commit_ts(state[SYS_FROM]))
         result = state.select(columns + [SYS_FROM]).append_column(SYS_TO, pa.nulls(state.num_rows, pa.int64()))
         return result.append_column(SYS_OP, state[SYS_OP]).append_column(UPDATE_TS, update_ts)
@@ -202,9 +208,9 @@ def _file_arrow_schema(schema: StructType, with_update_ts: bool) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in arrow])
 
 
-def _newest_per_key(versions: pa.Table, primary_key: list[str]) -> pa.Table:
-    """The newest version (highest sys_from) of each key of `versions`; NULL is a key
-    value and equals itself, as in Spark's grouping."""
+def _newest_per_key(versions: pa.Table, primary_key: list[str]) -> pa.Array:
+    """The positions in `versions` of the newest version (highest sys_from) of each key,
+    in key order; NULL is a key value and equals itself, as in Spark's grouping."""
     order = pc.sort_indices(versions, sort_keys=[(k, "ascending") for k in primary_key] + [(SYS_FROM, "descending")],
                             null_placement="at_end")
     keys = versions.select(primary_key).take(order)
@@ -212,7 +218,7 @@ def _newest_per_key(versions: pa.Table, primary_key: list[str]) -> pa.Table:
     for column in keys.columns:
         changed = _differs_from_previous(column.combine_chunks())
         first = changed if first is None else pc.or_(first, changed)
-    return versions.take(pc.filter(order, first))
+    return pc.filter(order, first)
 
 
 def _differs_from_previous(values: pa.Array) -> pa.Array:
