@@ -136,8 +136,11 @@ def main() -> None:
         after = measure(spark, tables, db_url, plain, args.repeat)
         rows = before["arrow"]["rows"]
 
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent.parent,
+                            capture_output=True, text=True).stdout.strip() or None
     report = {
-        "benchmark": "reading", "master": args.master, "driver_memory": args.driver_memory, "deltas": args.deltas,
+        "benchmark": "reading", "commit": commit, "master": args.master, "driver_memory": args.driver_memory,
+        "deltas": args.deltas,
         "per_delta": {"inserts": inserts, "updates": updates, "deletes": deletes}, "actual_rows": rows,
         "write_s": round(write_s, 1), "before_compaction": before, "after_compaction": after,
     }
