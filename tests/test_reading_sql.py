@@ -14,11 +14,12 @@ from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.local_frames import local_frame
 from offset_assets.reading.errors import FilesRemovedError, SystemTimeError
 from offset_assets.reading.tables import VersionedTables, to_arrow
+from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.commit import commit_deltas
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.maintenance import cleanup
-from tests.reading_story import POSTS_HISTORY, POSTS_OP, PROFILES_OP, clause_reads, rows, write_history
+from tests.reading_story import POSTS_HISTORY, POSTS_OP, PROFILES_OP, clause_reads, rows, utc_text, write_history
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +164,19 @@ def test_register_views_shows_every_table_at_one_catalog_state(spark, sqlite_url
         spark.catalog.dropTempView(name)
 
 
+def test_planning_a_query_with_clauses_starts_no_spark_job(spark, history):
+    posts, _profiles, tables = history
+    moment = (posts.delta(2).commit_ts + posts.delta(3).commit_ts) / 2
+    query = (f"SELECT p.post_id, r.name FROM posts FOR SYSTEM_TIME AS OF '{utc_text(moment)}' p "
+             "JOIN profiles FOR SYSTEM_TIME AS OF DELTA_NUM 1 r ON p.user_id = r.id")
+
+    with count_spark_jobs(spark) as planning:
+        planned = tables.sql(query)
+
+    assert planning.count == 0
+    assert rows(planned) == [[1, "ann"], [3, "bob"], [4, "bob"], [5, "cy"], [6, "cy"]]
+
+
 @pytest.mark.parametrize(("query", "message"), [
     ("SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 9",
      "FOR SYSTEM_TIME AS OF DELTA_NUM 9 on 'posts' (line 1, column 21): delta 9 is not committed (last committed: 5)"),
@@ -173,8 +187,8 @@ def test_register_views_shows_every_table_at_one_catalog_state(spark, sqlite_url
     ("SELECT * FROM posts FOR SYSTEM_TIME STARTED IN (0, 2)",
      "FOR SYSTEM_TIME STARTED IN (0, 2) on 'posts' (line 1, column 21): delta numbers start at 1"),
     ("SELECT * FROM posts FOR SYSTEM_TIME AS OF 'the day before'",
-     "FOR SYSTEM_TIME AS OF 'the day before' on 'posts' (line 1, column 21): 'the day before' is not a timestamp "
-     "Spark reads"),
+     "FOR SYSTEM_TIME AS OF 'the day before' on 'posts' (line 1, column 21): 'the day before' is not an ISO 8601 "
+     "timestamp"),
 ])
 def test_a_clause_naming_a_delta_or_time_that_is_not_there_is_one_line_naming_it(history, query, message):
     _posts, _profiles, tables = history

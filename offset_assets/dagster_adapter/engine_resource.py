@@ -113,9 +113,9 @@ class IncrementalEngineResource(dg.ConfigurableResource):
     def read_table(self, table: str | dg.AssetKey, as_of_delta: int | None = None,
                    as_of: str | datetime.datetime | float | None = None) -> DataFrame:
         """The actual state of a versioned table (by name, or the asset whose table it
-        is): as of committed delta `as_of_delta`, or as a reader saw it at `as_of` (a
-        timestamp text in the session's time zone, a datetime or epoch seconds), else as
-        of its last committed delta. Columns: the table's, then sys_from, sys_to, sys_op,
+        is): as of committed delta `as_of_delta`, or as a reader saw it at `as_of` (ISO
+        8601 text, in the session's time zone unless it names an offset; a datetime; epoch
+        seconds), else as of its last committed delta. Columns: the table's, then sys_from, sys_to, sys_op,
         update_ts."""
         name = table_name_for(table) if isinstance(table, dg.AssetKey) else table
         return self.tables().read(name, as_of_delta=as_of_delta, as_of=as_of)

@@ -21,7 +21,6 @@ measured peak against the size on disk. Files are opened through the warehouse's
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from offset_assets.control_plane.database import ControlPlane, connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
 from offset_assets.reading.errors import FilesRemovedError, TableTooLargeError
-from offset_assets.reading.state import CatalogState, Instant, epoch_seconds, table_spec
+from offset_assets.reading.state import CatalogState, Instant, epoch_seconds, parse_timestamp, table_spec
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS, WarehouseFiles
 from offset_assets.versioned.table_schema import file_schema
@@ -174,11 +173,10 @@ def read_pandas(plane: ControlPlane | str, name: str, as_of_delta: int | None = 
 def _instant(table: str, at: str | Instant) -> float:
     if not isinstance(at, str):
         return epoch_seconds(table, at)
-    try:
-        parsed = datetime.datetime.fromisoformat(at)
-    except ValueError:
-        raise VersionedTableError(table, f"as_of {at!r} is not an ISO 8601 timestamp") from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)).timestamp()
+    ts = parse_timestamp(at, "UTC")
+    if ts is None:
+        raise VersionedTableError(table, f"as_of {at!r} is not an ISO 8601 timestamp")
+    return ts
 
 
 def _files(files: WarehouseFiles, table: str, folder: str) -> list[tuple[str, int]]:

@@ -16,6 +16,7 @@ import datetime
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from offset_assets.control_plane.delta_catalog import DeltaCatalog, TableSpec
 from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
@@ -66,6 +67,17 @@ def table_spec(catalog: DeltaCatalog, name: str) -> TableSpec:
         known = ", ".join(catalog.tables()) or "none"
         raise UnknownTableError(f"no versioned table {name!r} in the delta catalog (tables: {known})")
     return spec
+
+
+def parse_timestamp(text: str, time_zone: str) -> float | None:
+    """Epoch seconds of ISO 8601 `text` (a date, or a date and a time with `T` or a space
+    between, an optional fraction, an optional offset or `Z`), a time without an offset
+    being in `time_zone`; None when `text` is not one."""
+    try:
+        parsed = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=ZoneInfo(time_zone))).timestamp()
 
 
 def epoch_seconds(table: str, at: Instant) -> float:

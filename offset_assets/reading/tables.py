@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from offset_assets.control_plane.database import ControlPlane, connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.reading.errors import FilesRemovedError
-from offset_assets.reading.state import CatalogState, Instant, epoch_seconds, table_spec
+from offset_assets.reading.state import CatalogState, Instant, epoch_seconds, parse_timestamp, table_spec
 from offset_assets.reading.system_time import ClauseKind, SystemTimeClause, parse_system_time
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.layout import DELTAS_DIR, SNAPSHOTS_DIR
@@ -77,8 +77,8 @@ class VersionedTables:
 
     def read(self, name: str, as_of_delta: int | None = None, as_of: str | Instant | None = None) -> DataFrame:
         """The actual state of table `name`: as of committed delta `as_of_delta`, or as a
-        reader saw it at `as_of` (a timestamp text as Spark SQL reads it in the session's
-        time zone, a datetime or epoch seconds), else as of the last committed delta.
+        reader saw it at `as_of` (ISO 8601 text, in the session's time zone unless it names
+        an offset; a datetime; epoch seconds), else as of the last committed delta.
         Columns: the table's, then sys_from, sys_to, sys_op, update_ts."""
         if as_of_delta is not None and as_of is not None:
             raise VersionedTableError(name, "give as_of_delta or as_of, not both")
@@ -88,7 +88,7 @@ class VersionedTables:
             return table.read_actual(as_of_delta=state.as_of_delta(name, as_of_delta))
         ts = self._instant(as_of) if isinstance(as_of, str) else epoch_seconds(name, as_of)
         if ts is None:
-            raise VersionedTableError(name, f"as_of {as_of!r} is not a timestamp Spark reads")
+            raise VersionedTableError(name, f"as_of {as_of!r} is not an ISO 8601 timestamp")
         return table.read_actual(as_of_delta=state.as_of_time(self.catalog, name, ts))
 
     def changes(self, name: str, since_delta: int | None = None, since: str | Instant | None = None) -> DataFrame:
@@ -105,16 +105,17 @@ class VersionedTables:
             return table.reader.history(self.catalog.committed(name, after_delta=since_delta, up_to_delta=last))
         ts = self._instant(since) if isinstance(since, str) else epoch_seconds(name, since)
         if ts is None:
-            raise VersionedTableError(name, f"since {since!r} is not a timestamp Spark reads")
+            raise VersionedTableError(name, f"since {since!r} is not an ISO 8601 timestamp")
         return table.read_changes_since(ts, up_to_delta=last)
 
     def sql(self, query: str, args: Mapping[str, Any] | list[Any] | None = None) -> DataFrame:
         """Spark SQL `query`, in which a versioned table's name means its actual state and
         Prostore's clauses select its history, per table reference:
-        `FOR SYSTEM_TIME AS OF DELTA_NUM n`, `AS OF '<timestamp>'` (in the session's time
-        zone), `STARTED IN (d1, d2)` (the versions deltas d1..d2 created) and
-        `FINISHED IN (d1, d2)` (the tombstones of the keys they deleted). The whole query
-        reads one catalog state. `args` are Spark's own query parameters."""
+        `FOR SYSTEM_TIME AS OF DELTA_NUM n`, `AS OF '<timestamp>'` (ISO 8601, in the
+        session's time zone unless it names an offset), `STARTED IN (d1, d2)` (the
+        versions deltas d1..d2 created) and `FINISHED IN (d1, d2)` (the tombstones of the
+        keys they deleted). The whole query reads one catalog state; planning it starts no
+        Spark job. `args` are Spark's own query parameters."""
         parsed = parse_system_time(query, self.names())
         if not parsed.reads:
             return self.spark.sql(query, args)
@@ -153,7 +154,7 @@ class VersionedTables:
         if clause.kind is ClauseKind.AS_OF_TIME:
             ts = self._instant(clause.timestamp)
             if ts is None:
-                raise clause.error(f"{clause.timestamp!r} is not a timestamp Spark reads")
+                raise clause.error(f"{clause.timestamp!r} is not an ISO 8601 timestamp")
             return table.read_actual(as_of_delta=state.as_of_time(self.catalog, table.name, ts))
         d1, d2 = clause.deltas
         if d1 > d2:
@@ -167,10 +168,10 @@ class VersionedTables:
         return table.read_finished_in(d1, d2)
 
     def _instant(self, text: str) -> float | None:
-        """Epoch seconds of timestamp `text` as Spark SQL reads a TIMESTAMP in the
-        session's time zone; None when it is not one. A literal's query: no Spark job."""
-        row = self.spark.sql("SELECT CAST(try_cast(:text AS TIMESTAMP) AS DOUBLE) AS ts", {"text": text}).collect()
-        return row[0].ts
+        """Epoch seconds of ISO 8601 timestamp `text`, in the session's time zone unless
+        it names an offset; None when it is not one. Parsed here, not by a Spark query:
+        a query of a literal still costs a Spark job."""
+        return parse_timestamp(text, self.spark.conf.get("spark.sql.session.timeZone"))
 
     def _warehouse_of(self, name: str) -> str | None:
         """The warehouse holding table `name`'s files, from a path the catalog names."""
