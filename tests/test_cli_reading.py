@@ -45,6 +45,19 @@ def test_show_prints_the_actual_state_as_spark_reads_it(spark, demo):
     assert default.stderr == "(the first 20 rows; --limit N for more, --limit 0 for all)\n"
 
 
+def test_show_reads_a_table_beyond_max_bytes_through_spark(spark, demo):
+    without_jvm = invoke("show", "profiles", "--format", "json")
+    through_spark = invoke("show", "profiles", "--format", "json", "--max-bytes", "100")
+
+    assert through_spark.exit_code == 0, through_spark.output
+    assert through_spark.stderr.startswith("table 'profiles': its actual state is read from ")
+    assert through_spark.stderr.endswith("above max_bytes=100 for a read without a JVM: read it with Spark "
+                                         "(VersionedTables, offset-assets sql), or raise max_bytes: reading it "
+                                         "through Spark\n")
+    assert sorted(map(json.loads, through_spark.stdout.splitlines()), key=repr) == sorted(
+        map(json.loads, without_jvm.stdout.splitlines()), key=repr)
+
+
 def test_show_as_of_a_delta_prints_the_state_that_delta_left(demo):
     renamed, (before, after) = 4, demo.story.renamed[4]
 

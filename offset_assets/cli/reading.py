@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
+# What `show` reads without a JVM (the no-JVM read's own default: 256 MiB of files).
+DEFAULT_MAX_BYTES = 256 << 20
 DEFAULT_LIMIT = 20
 # A cell of the aligned table is cut to this many characters (CSV and JSON never are).
 CELL_WIDTH = 60
@@ -57,12 +59,14 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
               "(ISO 8601, UTC unless it names an offset); default: the last committed delta.")
 @limit_option
 @format_option
+@click.option("--max-bytes", type=click.IntRange(min=0), default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Read without a JVM up to this many bytes of files; a larger table through Spark.")
 @click.pass_obj
 @clear_errors
-def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int, fmt: str) -> None:
+def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int, fmt: str, max_bytes: int) -> None:
     """Print the actual state of versioned TABLE: its columns, then sys_from, sys_to,
-    sys_op and update_ts. Read without a JVM when its files fit the limit of that read
-    (256 MiB), else through Spark."""
+    sys_op and update_ts. Read without a JVM when its files fit --max-bytes, else through
+    Spark."""
     from offset_assets.reading.arrow import ArrowRead
     from offset_assets.reading.errors import TableTooLargeError
 
@@ -70,7 +74,7 @@ def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int,
     as_of_delta = int(as_of) if as_of is not None and as_of.isdigit() else None
     as_of_time = as_of if as_of_delta is None else None
     try:
-        rows = ArrowRead.plan(plane, table, as_of_delta, as_of_time).read()
+        rows = ArrowRead.plan(plane, table, as_of_delta, as_of_time, max_bytes).read()
     except TableTooLargeError as exc:
         click.echo(f"{exc}: reading it through Spark", err=True)
         rows = _spark_rows(lambda tables: tables.read(table, as_of_delta, as_of_time), plane, limit)
