@@ -65,6 +65,12 @@ def test_a_quoted_name_with_a_dot_and_a_sample_keep_the_alias_after_the_sample()
     assert parsed.text == "SELECT * FROM {_oa_0} TABLESAMPLE (50 PERCENT) AS `orders.v2`"
 
 
+def test_the_table_statement_takes_a_clause_without_an_alias():
+    parsed = parse_system_time("TABLE posts FOR SYSTEM_TIME FINISHED IN (1, 2)", TABLES)
+
+    assert parsed.text == "TABLE {_oa_0}"
+
+
 def test_plain_names_in_a_query_are_defined_around_it_so_its_own_ctes_still_shadow_them():
     parsed = parse_system_time("WITH posts AS (SELECT * FROM posts WHERE id > 1) SELECT * FROM posts", TABLES)
 

@@ -140,7 +140,9 @@ def parse_system_time(sql: str, table_names: Collection[str]) -> SystemTimeQuery
         reads[placeholder] = (table, clause)
         edits.append((tokens[first].start, tokens[end - 1].end, "{" + placeholder + "}"))
         after_sample = _after_sample(tokens, end)
-        if not _has_alias(tokens, after_sample):
+        # `TABLE posts FOR SYSTEM_TIME ...` takes no alias (the statement names a relation).
+        follows_table = first > 0 and tokens[first - 1].is_word("TABLE")
+        if not follows_table and not _has_alias(tokens, after_sample):
             at = tokens[after_sample - 1].end
             edits.append((at, at, f" AS {quote_identifier(table)}"))
         in_clauses.update(range(first, end))
