@@ -9,6 +9,7 @@ COMMAND:
   clauses  every clause through SQL and the same read through VersionedTable, as JSON
   views    every table a global temp view (as `make dev` keeps them), read from another
            session of the same server, before and after a commit
+  dev_views  `make dev`'s thread, started before the control plane exists
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import datetime
 import json
 import sys
+import threading
+import time
 from functools import reduce
 from typing import Any
 
@@ -23,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from assets_defs.dev import serve_global_views
 from offset_assets.control_plane import connect
 from offset_assets.local_frames import local_frame
 from offset_assets.reading.tables import VersionedTables
@@ -131,8 +135,37 @@ def global_views(spark: SparkSession, remote: str, db_url: str, warehouse: str) 
     posts.write_delta(local_frame(spark, POSTS_HISTORY[1], POSTS_OP))
     told.update(refreshed_after_commit=views.refresh(), registered_after_commit=dict(views.registered),
                 posts_after_commit=seen()[0], expected_after_commit=json_rows([posts.read_actual()])[0])
+    for name in ("posts", "profiles"):  # the server outlives this story
+        other.catalog.dropGlobalTempView(name)
     other.stop()
     return told
+
+
+def dev_views(spark: SparkSession, remote: str, db_url: str, warehouse: str) -> dict[str, Any]:
+    """`make dev`'s thread (`assets_defs.dev.serve_global_views`) started before any
+    control plane exists (OFFSET_ASSETS_DB_URL names one that does not), then the tables
+    written: what another session of the server sees in `global_temp.posts` once the
+    thread has registered it."""
+    for name in ("posts", "profiles"):  # an earlier story's views on the same server
+        spark.catalog.dropGlobalTempView(name)
+    stop = threading.Event()
+    server = threading.Thread(target=serve_global_views, args=(remote, stop, 0.2), daemon=True)
+    server.start()
+    other = SparkSession.builder.remote(remote).create()
+    try:
+        posts, _profiles = write_history(spark, db_url, warehouse, posts_deltas=1)
+        (expected,) = json_rows([posts.read_actual()])
+        # The thread may register the view before the delta commits (empty), then again.
+        deadline, seen = time.monotonic() + 300, None
+        while seen != expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if other.catalog.tableExists("global_temp.posts"):
+                (seen,) = json_rows([other.sql("SELECT * FROM global_temp.posts")])
+    finally:
+        stop.set()
+        server.join()
+        other.stop()
+    return {"seen": seen, "expected": expected, "thread_ended": not server.is_alive()}
 
 
 def main(command: str, flag: str, url: str, db_url: str, warehouse: str) -> None:
@@ -142,6 +175,8 @@ def main(command: str, flag: str, url: str, db_url: str, warehouse: str) -> None
         print(json.dumps(clause_reads(spark, db_url, warehouse)))
     elif command == "views":
         print(json.dumps(global_views(spark, url, db_url, warehouse)))
+    elif command == "dev_views":
+        print(json.dumps(dev_views(spark, url, db_url, warehouse)))
     else:
         raise SystemExit(f"unknown command {command!r}")
 

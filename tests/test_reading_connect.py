@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from offset_assets.config import ENV_DB_URL
 from tests.spark_cluster import ConnectServer, run_client
 
 # One worker holds the Connect server (tests/conftest.py groups its tests).
@@ -17,8 +18,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jvm_servers")]
 
 def story(server: ConnectServer, command: str, tmp_path) -> dict:
     (tmp_path / "warehouse").mkdir()
-    child = run_client(["-m", "tests.reading_story", command, "--remote", server.url,
-                        f"sqlite:///{tmp_path / 'cp.db'}", str(tmp_path / "warehouse")], server, {}, timeout=900)
+    db_url = f"sqlite:///{tmp_path / 'cp.db'}"
+    child = run_client(["-m", "tests.reading_story", command, "--remote", server.url, db_url,
+                        str(tmp_path / "warehouse")], server, {ENV_DB_URL: db_url}, timeout=900)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
@@ -44,3 +46,11 @@ def test_global_views_serve_every_table_to_another_client_and_follow_commits(con
     assert told["refreshed_after_commit"] is True and told["registered_after_commit"]["posts"] == 2
     assert told["posts_after_commit"] == told["expected_after_commit"]
     assert [row["post_id"] for row in told["posts_after_commit"]] == [1, 3, 4, 5, 6]
+
+
+def test_make_devs_thread_waits_for_the_control_plane_then_serves_its_tables(connect_server, tmp_path):
+    told = story(connect_server, "dev_views", tmp_path)
+
+    assert told["seen"] == told["expected"]
+    assert [row["post_id"] for row in told["seen"]] == [1, 2, 3, 4, 5]
+    assert told["thread_ended"] is True
