@@ -174,12 +174,12 @@ class VersionedTables:
         return parse_timestamp(text, self.spark.conf.get("spark.sql.session.timeZone"))
 
     def _warehouse_of(self, name: str) -> str | None:
-        """The warehouse holding table `name`'s files, from a path the catalog names."""
-        for path in sorted(self.catalog.data_paths(name)):
-            for kind in (DELTAS_DIR, SNAPSHOTS_DIR):
-                marker = f"/{name}/{kind}/"
-                if marker in path:
-                    return path[:path.rindex(marker)]
+        """The warehouse holding table `name`'s files, from its newest delta's path (a
+        table's deltas and snapshots share one root)."""
+        newest = self.catalog.deltas(name, limit=1)
+        marker = f"/{name}/{DELTAS_DIR}/"
+        if newest and marker in newest[0].data_path:
+            return newest[0].data_path[:newest[0].data_path.rindex(marker)]
         return self.warehouse
 
 
