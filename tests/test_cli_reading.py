@@ -100,12 +100,20 @@ def test_sql_errors_are_one_line_without_a_trace(spark, demo):
     assert unresolved.stderr.count("\n") == 1
 
 
-def test_show_runs_from_a_shell(demo):
-    shell = subprocess.run([str(Path(sys.executable).parent / "offset-assets"), "show", "user_post_stats", "-n", "3"],
-                           cwd=ROOT, env={**os.environ, "OFFSET_ASSETS_HOME": str(demo.state)},
-                           capture_output=True, text=True, timeout=300)
+def test_show_and_a_refused_clause_need_no_java_from_a_shell(demo, tmp_path):
+    def shell(*args: str) -> subprocess.CompletedProcess:
+        no_java = {**os.environ, "OFFSET_ASSETS_HOME": str(demo.state), "JAVA_HOME": str(tmp_path / "no-java")}
+        return subprocess.run([str(Path(sys.executable).parent / "offset-assets"), *args], cwd=ROOT, env=no_java,
+                              capture_output=True, text=True, timeout=300)
 
-    assert shell.returncode == 0, shell.stderr
-    header, *rows = shell.stdout.splitlines()
+    shown = shell("show", "user_post_stats", "-n", "3")
+    refused = shell("sql", "SELECT * FROM enriched_posts FOR SYSTEM_TIME STARTED IN (2, 3)")
+
+    assert shown.returncode == 0, shown.stderr
+    header, *rows = shown.stdout.splitlines()
     assert header.split()[0] == "user_id" and "post_count" in header.split() and len(rows) == 3
-    assert shell.stderr == "(the first 3 rows; --limit N for more, --limit 0 for all)\n"
+    assert shown.stderr == "(the first 3 rows; --limit N for more, --limit 0 for all)\n"
+    # Checked against the catalog before a driver starts: the error is the clause's, not Java's.
+    assert refused.returncode == 1
+    assert refused.stderr == ("error: FOR SYSTEM_TIME STARTED IN (2, 3) on 'enriched_posts' (line 1, column 30): "
+                              "delta 3 is not committed (last committed: 2)\n")

@@ -92,7 +92,10 @@ def sql_command(obj: dict[str, Any], query: str, limit: int, fmt: str) -> None:
     and print its rows. A table's name means its actual state; per table reference,
     FOR SYSTEM_TIME AS OF DELTA_NUM n, AS OF '<timestamp>' (UTC), STARTED IN (d1, d2) and
     FINISHED IN (d1, d2) select its history. The whole query reads one committed state."""
+    from offset_assets.reading.tables import check_query
+
     plane = open_control_plane(obj)
+    check_query(plane, query)  # a mistyped clause is refused before a driver starts
     _print(_spark_rows(lambda tables: tables.sql(query), plane, limit), limit, fmt)
 
 
@@ -104,7 +107,9 @@ def _spark_rows(frame_of: Any, plane: Any, limit: int) -> pa.Table:
     from offset_assets.reading.tables import VersionedTables, to_arrow
     from offset_assets.spark import get_spark_session, is_connect_session
 
-    spark = get_spark_session(app_name="offset-assets-cli")
+    # No progress bars or web UI for a command whose output is its rows.
+    spark = get_spark_session(app_name="offset-assets-cli", conf={"spark.ui.showConsoleProgress": "false",
+                                                                  "spark.ui.enabled": "false"})
     if not is_connect_session(spark):
         spark.sparkContext.setLogLevel("ERROR")
     try:

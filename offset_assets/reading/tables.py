@@ -37,7 +37,7 @@ from offset_assets.versioned.table import VersionedTable
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["VersionedTables", "to_arrow"]
+__all__ = ["VersionedTables", "check_query", "to_arrow"]
 
 # Spark's error conditions of a file that its plan named and that is gone.
 _MISSING_FILE_CONDITIONS = ("FAILED_READ_FILE", "PATH_NOT_FOUND")
@@ -147,25 +147,15 @@ class VersionedTables:
         last = state.last(table.name)
         if clause is None:
             return table.read_actual(as_of_delta=last)
+        check_clause(clause, last)
         if clause.kind is ClauseKind.AS_OF_DELTA:
-            if clause.delta > last:
-                raise clause.error(f"delta {clause.delta} is not committed (last committed: {last})")
             return table.read_actual(as_of_delta=clause.delta)
         if clause.kind is ClauseKind.AS_OF_TIME:
             ts = self._instant(clause.timestamp)
-            if ts is None:
-                raise clause.error(f"{clause.timestamp!r} is not an ISO 8601 timestamp")
             return table.read_actual(as_of_delta=state.as_of_time(self.catalog, table.name, ts))
-        d1, d2 = clause.deltas
-        if d1 > d2:
-            raise clause.error(f"an empty range: {d1} > {d2}")
-        if d1 < 1:
-            raise clause.error("delta numbers start at 1")
-        if d2 > last:
-            raise clause.error(f"delta {d2} is not committed (last committed: {last})")
         if clause.kind is ClauseKind.STARTED_IN:
-            return table.read_started_in(d1, d2)
-        return table.read_finished_in(d1, d2)
+            return table.read_started_in(*clause.deltas)
+        return table.read_finished_in(*clause.deltas)
 
     def _instant(self, text: str) -> float | None:
         """Epoch seconds of ISO 8601 timestamp `text`, in the session's time zone unless
@@ -181,6 +171,35 @@ class VersionedTables:
         if newest and marker in newest[0].data_path:
             return newest[0].data_path[:newest[0].data_path.rindex(marker)]
         return self.warehouse
+
+
+def check_clause(clause: SystemTimeClause, last: int) -> None:
+    """Refuse `clause` (`SystemTimeError` naming it) when it names a delta beyond `last`,
+    the table's last committed delta, an empty range, or text that is not a timestamp."""
+    if clause.kind is ClauseKind.AS_OF_DELTA and clause.delta > last:
+        raise clause.error(f"delta {clause.delta} is not committed (last committed: {last})")
+    if clause.kind is ClauseKind.AS_OF_TIME and parse_timestamp(clause.timestamp, "UTC") is None:
+        raise clause.error(f"{clause.timestamp!r} is not an ISO 8601 timestamp")
+    if clause.deltas is not None:
+        d1, d2 = clause.deltas
+        if d1 > d2:
+            raise clause.error(f"an empty range: {d1} > {d2}")
+        if d1 < 1:
+            raise clause.error("delta numbers start at 1")
+        if d2 > last:
+            raise clause.error(f"delta {d2} is not committed (last committed: {last})")
+
+
+def check_query(plane: ControlPlane, query: str) -> None:
+    """Refuse `query`'s malformed clauses, clauses on names that are not versioned tables
+    and deltas that are not committed, from the control plane alone (no Spark): what a
+    shell checks before it starts a driver."""
+    catalog = DeltaCatalog(plane)
+    parsed = parse_system_time(query, catalog.tables())
+    state = CatalogState.pin(catalog, parsed.tables)
+    for table, clause in parsed.reads.values():
+        if clause is not None:
+            check_clause(clause, state.last(table))
 
 
 def to_arrow(frame: DataFrame, limit: int | None = None) -> pa.Table:
