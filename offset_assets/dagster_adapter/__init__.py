@@ -24,6 +24,7 @@ _EXPORTS = {
     "incremental_metadata": "offset_assets.dagster_adapter.asset_spec",
     "table_metadata": "offset_assets.dagster_adapter.asset_spec",
     "resolve_incremental": "offset_assets.dagster_adapter.asset_spec",
+    "validate_definitions": "offset_assets.dagster_adapter.definition_checks",
     "run_metadata": "offset_assets.dagster_adapter.run_report",
     "on_input_commits": "offset_assets.dagster_adapter.automation",
     # checks, sensors, schedules

@@ -32,6 +32,7 @@ import dagster as dg
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
 from offset_assets.dagster_adapter.backfill import tag_reset_reason
+from offset_assets.dagster_adapter.definition_checks import run_start_problems
 from offset_assets.dagster_adapter.downstream_work import downstream_work
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.run_report import RunReport, run_events
@@ -71,9 +72,13 @@ class IncrementalInvocation:
     def start(cls, context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
               asset: IncrementalAsset, func: TransformFunction, changelist: Sequence[dict[str, Any]] | None,
               change_detection: ChangeDetection | str | None) -> IncrementalInvocation:
-        """Decide the mode from the run's tags and config. A regular v2 run asks the
-        control plane first: with nothing to do it starts no Spark session (v1 compares
-        the data itself and always runs)."""
+        """Decide the mode from the run's tags and config. Mistakes in what the asset
+        says of its inputs fail the step first (`definition_checks.run_start_problems`).
+        A regular v2 run asks the control plane first: with nothing to do it starts no
+        Spark session (v1 compares the data itself and always runs)."""
+        problems = run_start_problems(context, DeltaCatalog(resource.control_plane()), asset)
+        if problems:
+            raise dg.Failure(description="\n".join(problems))
         reason = tag_reset_reason(context.run.tags)
         if changelist is not None and reason is not None:
             raise dg.Failure(
