@@ -15,12 +15,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster.components.resolved.errors import ResolutionException
 
 from examples.first_pipeline import definitions as python_form
 from examples.first_pipeline.source import change_source, create_source
 from offset_assets.config import ENV_DB_URL, ENV_HOME, ENV_WAREHOUSE, default_db_url
 from offset_assets.control_plane import database
-from offset_assets.dagster_adapter import ingest_due_ranges
+from offset_assets.dagster_adapter import IncrementalAssetComponent, IngestionJobComponent, ingest_due_ranges
 from offset_assets.dagster_adapter.asset_spec import SPEC_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +136,50 @@ def test_dg_check_defs_names_a_misspelt_key_in_one_line(tmp_path):
     assert f"{orders}:5 - attributes.source" in output
     assert ("ValueError: source.sql_table: unknown key 'id_colum' (keys: url, table, id_column, time_column, "
             "columns, db_schema, rows_per_slice)") in output.splitlines()
+
+
+ORDERS_YAML = """
+name: orders
+source: {sql_table: {url: "sqlite:///shop.db", table: orders, id_column: order_id}}
+planner: {auto_increment_id: {}}
+target: {primary_key: [order_id], columns: {order_id: long not null, amount_cents: long}}
+"""
+
+
+@pytest.mark.parametrize(("mistake", "said"), [
+    (("auto_increment_id", "auto_incremnt_id"),
+     "planner: unknown key 'auto_incremnt_id' (keys: time_window, auto_increment_id, kafka_offsets, upstream)"),
+    (("source: {sql_table", "source: {folder: {root: /landing}, sql_table"),
+     "source: give exactly one of ['sql_table', 'folder', 'kafka'], got ['sql_table', 'folder']"),
+    (("table: orders,", "tabel: orders,"),
+     "source.sql_table: unknown key 'tabel' (keys: url, table, id_column, time_column, columns, db_schema, "
+     "rows_per_slice); source.sql_table: missing key 'table'"),
+])
+def test_a_mistake_in_a_nested_attribute_is_one_line_naming_the_key(mistake, said):
+    with pytest.raises(ResolutionException) as raised:
+        IngestionJobComponent.resolve_from_yaml(ORDERS_YAML.replace(*mistake))
+    assert f"ValueError: {said}" in str(raised.value).splitlines()
+
+
+def test_a_column_type_spark_cannot_parse_or_a_bad_period_is_refused_when_the_component_builds():
+    context = dg.ComponentTree.for_test().load_context
+    typo = IngestionJobComponent.resolve_from_yaml(ORDERS_YAML.replace("amount_cents: long", "amount_cents: lnog"))
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match=r"^ingestion job 'orders' target: column "
+                       r"'amount_cents': 'lnog' is not a Spark type"):
+        typo.build_defs(context)
+    windows = IngestionJobComponent.resolve_from_yaml(ORDERS_YAML.replace(
+        "{auto_increment_id: {}}", "{time_window: {start: '2026-01-01', period: one day}}"))
+    with pytest.raises(ValueError, match=r"^time_window: 'one day': Input should be a valid timedelta"):
+        windows.build_defs(context)
+
+
+def test_checks_null_builds_an_incremental_asset_without_offset_checks():
+    component = IncrementalAssetComponent.resolve_from_yaml("""
+function: examples.components.shop_components.defs.revenue_by_country.transform.revenue_by_country
+transform_keys: [country]
+primary_key: [country]
+columns: {country: string not null, orders: long not null, revenue_cents: long not null}
+checks: null
+""")
+    defs = component.build_defs(dg.ComponentTree.for_test().load_context)
+    assert [a.key for a in defs.assets] == [dg.AssetKey("revenue_by_country")] and not defs.asset_checks

@@ -43,7 +43,8 @@ def orders_asset() -> dg.AssetsDefinition:
 
 def products_spec(**metadata) -> dg.AssetSpec:
     """A table written outside Dagster, declared with its columns (or without)."""
-    return dg.AssetSpec("products", metadata=metadata or {"dagster/column_schema": column_schema(schema_json(PRODUCTS))})
+    columns = {"dagster/column_schema": column_schema(schema_json(PRODUCTS))}
+    return dg.AssetSpec("products", metadata=metadata or columns)
 
 
 def revenue_asset(transform_keys=("order_id",), join_keys=None):

@@ -29,7 +29,7 @@ refuse unknown keys, so `dg check defs` names a misspelt key and where it is. A 
 columns are `name: type` with a Spark type name (`long`, `string`, `double`, `boolean`,
 `date`, `timestamp`, `decimal(10,2)`, ...) and `not null` where the column may not be
 null, checked when the definitions load without Spark; a schema YAML cannot spell (arrays,
-structs) is a `StructType` named by import path (`schema: .schemas.ORDERS`). An import
+structs) is a `StructType` named by import path (`struct_type: .schemas.ORDERS`). An import
 path starting with `.` is relative to the component's folder in the defs module.
 """
 
@@ -86,21 +86,24 @@ def struct_type(columns: Mapping[str, str]) -> StructType:
 
 
 class _ColumnsOrSchema(dg.Model):
-    """A table's columns (`columns:`) or a StructType by import path (`schema:`)."""
+    """A table's columns (`columns:`) or a StructType by import path (`struct_type:`)."""
 
     columns: Columns | None = Field(default=None, description="name: Spark type [not null], in order")
-    schema_: str | None = Field(default=None, alias="schema",
-                                description="import path of a pyspark StructType, e.g. .schemas.ORDERS")
+    struct_type: str | None = Field(default=None, description="import path of a pyspark StructType, "
+                                    "e.g. .schemas.ORDERS, for types YAML cannot spell")
 
 
-    def struct_type(self, context: dg.ComponentLoadContext, what: str) -> StructType:
-        if (self.columns is None) == (self.schema_ is None):
-            raise dg.DagsterInvalidDefinitionError(f"{what}: give either columns or schema")
+    def build_schema(self, context: dg.ComponentLoadContext, what: str) -> StructType:
+        if (self.columns is None) == (self.struct_type is None):
+            raise dg.DagsterInvalidDefinitionError(f"{what}: give either columns or struct_type")
         if self.columns is not None:
-            return struct_type(self.columns)
-        schema = import_object(context, self.schema_)
+            try:
+                return struct_type(self.columns)
+            except ValueError as exc:
+                raise dg.DagsterInvalidDefinitionError(f"{what}: {exc}") from None
+        schema = import_object(context, self.struct_type)
         if not isinstance(schema, StructType):
-            raise dg.DagsterInvalidDefinitionError(f"{what}: schema {self.schema_} is not a StructType")
+            raise dg.DagsterInvalidDefinitionError(f"{what}: struct_type {self.struct_type} is not a StructType")
         return schema
 
 
@@ -149,9 +152,9 @@ class FolderSourceModel(_ColumnsOrSchema):
     options: dict[str, str] | None = None
 
     def build(self, context: dg.ComponentLoadContext) -> FolderSource:
-        kwargs = _given(self, exclude={"columns", "schema_"})
-        if self.columns is not None or self.schema_ is not None:
-            kwargs["schema"] = self.struct_type(context, f"folder source {self.root}")
+        kwargs = _given(self, exclude={"columns", "struct_type"})
+        if self.columns is not None or self.struct_type is not None:
+            kwargs["schema"] = self.build_schema(context, f"folder source {self.root}")
         return FolderSource(**kwargs)
 
 
@@ -277,9 +280,11 @@ def parsed(model: type[M], field: str) -> dg.Resolver:
         try:
             return model.model_validate(context.resolve_value(value))
         except ValidationError as exc:
-            raise ValueError("; ".join(_error_text(model, field, error) for error in exc.errors())) from None
+            # An unknown key first: a misspelt key is also the required one said missing.
+            errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+            raise ValueError("; ".join(_error_text(model, field, error) for error in errors)) from None
 
-    return dg.Resolver(resolve, model_field_type=dict, description=inspect.getdoc(model))
+    return dg.Resolver(resolve, model_field_type=dict | None, description=inspect.getdoc(model))
 
 
 def _error_text(model: type[dg.Model], field: str, error: Mapping[str, Any]) -> str:
@@ -330,7 +335,7 @@ class IngestionJobComponent(dg.Component, dg.Model, dg.Resolvable):
             source=self.source.build(context),
             planner=self.planner.build(),
             target=TargetTable(self.target.table or self.name, list(self.target.primary_key),
-                               self.target.struct_type(context, f"ingestion job {self.name!r} target")),
+                               self.target.build_schema(context, f"ingestion job {self.name!r} target")),
             workflow_name=self.workflow_name,
             transform=None if self.transform is None else import_function(context, self.transform),
         )
@@ -365,7 +370,7 @@ class IncrementalAssetComponent(dg.Component, dg.Model, dg.Resolvable):
     transform_keys: list[str]
     primary_key: list[str]
     columns: Columns | None = Field(default=None, description="the output's columns: name: Spark type [not null]")
-    schema_: str | None = Field(default=None, alias="schema", description="import path of the output StructType")
+    struct_type: str | None = Field(default=None, description="import path of the output's StructType")
     ins: dict[str, str] | None = Field(default=None, description="parameter -> upstream asset key, where they differ")
     join_keys: dict[str, dict[str, str]] | None = Field(
         default=None, description="reference input parameter -> {primary_col: reference_col}")
@@ -375,19 +380,18 @@ class IncrementalAssetComponent(dg.Component, dg.Model, dg.Resolvable):
     change_detection: Literal["v2", "v1"] = "v2"
     on_failed_keys: Literal["raise", "warn"] = "raise"
     on_input_commits: bool = False
-    checks: Annotated[OffsetChecksModel | None, parsed(OffsetChecksModel, "checks")] = Field(
-        default_factory=OffsetChecksModel)
+    checks: Annotated[OffsetChecksModel | None, parsed(OffsetChecksModel, "checks")] = OffsetChecksModel()
     group_name: str | None = None
     description: str | None = None
 
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         function = import_function(context, self.function)
-        output = _ColumnsOrSchema(columns=self.columns, schema=self.schema_)
+        output = _ColumnsOrSchema(columns=self.columns, struct_type=self.struct_type)
         asset = incremental_asset(
             transform_keys=self.transform_keys,
             primary_key=self.primary_key,
-            schema=output.struct_type(context, f"incremental asset {self.name or function.__name__!r}"),
+            schema=output.build_schema(context, f"incremental asset {self.name or function.__name__!r}"),
             ins=self.ins,
             join_keys=self.join_keys,
             deps=self.deps or (),
