@@ -7,6 +7,7 @@ one line."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "components"
 DG = Path(sys.executable).parent / "dg"
 TRANSFORMATIONS = ["enriched_orders", "revenue_by_country"]
+# A defs.yaml the guide shows: the marker line naming the file, then the fenced block.
+YAML_BLOCK = re.compile(r"^<!-- file: (\S+) -->\n```yaml\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
 @pytest.fixture
@@ -52,6 +55,14 @@ def load_example() -> dg.Definitions:
 
 def dg_command(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(DG), *args], cwd=project, capture_output=True, text=True, timeout=600)
+
+
+def test_the_guide_shows_the_components_as_they_are():
+    shown = dict(YAML_BLOCK.findall((ROOT / "docs" / "guide.md").read_text()))
+    assert sorted(shown) == [f"examples/components/shop_components/defs/{name}/defs.yaml"
+                             for name in ("enriched_orders", "orders")]
+    for path, text in shown.items():
+        assert text == (ROOT / path).read_text(), f"docs/guide.md shows {path} differently from the file"
 
 
 def test_a_component_builds_the_asset_the_python_form_builds(shop):
