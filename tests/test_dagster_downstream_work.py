@@ -4,14 +4,10 @@ had nothing to do; a run without such work still stops the cascade at the idle a
 The story: `posts` and `profiles` are written outside Dagster; `enriched_posts` ->
 `user_post_stats` -> `post_report` are incremental assets. An operator asks from the shell
 for `post_report` to be reprocessed, then materializes the three together, as
-`dagster asset materialize --select ...` does: the two upstream assets have nothing to
-do, and Dagster would skip what is downstream of a step that yields no output.
+`dagster asset materialize --select ...` does (the code location's implicit asset job,
+subset to the selection): the two upstream assets have nothing to do, and Dagster would
+skip what is downstream of a step that yields no output.
 """
-
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -27,8 +23,6 @@ from offset_assets.dagster_adapter import OffsetStore, incremental_asset
 from offset_assets.dagster_adapter.run_report import iso_utc
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -140,41 +134,27 @@ def test_a_rescan_or_a_key_list_below_an_idle_asset_run_when_the_run_selects_bot
     assert "offsets_reset" not in changelist and "reset_reason" not in changelist
 
 
-DEFINITIONS = """
-import dagster as dg
-from offset_assets.dagster_adapter import OffsetStore
-from tests.dagster_resources import engine_resources
-from tests.test_dagster_downstream_work import chain
-
-defs = dg.Definitions(assets=chain()[:2], resources=engine_resources(OffsetStore(), None),
-                      executor=dg.in_process_executor)
-"""
-
-
-def test_the_shell_path_runs_a_reprocess_request_below_an_idle_asset_and_reports_the_offsets_it_reset(
-        world, resources, sqlite_url, warehouse, tmp_path):
-    pair = chain()[:2]
-    assert dg.materialize(pair, resources=resources).success
+@pytest.mark.quick
+def test_the_job_the_shell_runs_for_a_selection_runs_a_reprocess_request_below_an_idle_asset(
+        world, resources, sqlite_url):
+    assets = chain()
+    pair = [asset.key for asset in assets[:2]]
+    assert dg.materialize(assets[:2], resources=resources).success
     offsets = resources["offset_store"].get_offsets_for_transformation("user_post_stats")
     cli(sqlite_url, "reprocess", "user_post_stats", "--yes")
-    (tmp_path / "definitions.py").write_text(DEFINITIONS)
-    (tmp_path / "home").mkdir()
+    # What `dagster asset materialize --select enriched_posts,user_post_stats` runs: the
+    # code location's implicit asset job, subset to the selection (post_report left out).
+    repository = dg.Definitions(assets=assets, resources=resources).get_repository_def()
+    job = repository.get_implicit_job_def_for_assets(pair)
 
-    child = subprocess.run(
-        [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(tmp_path / "definitions.py"),
-         "--select", "enriched_posts,user_post_stats"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "DAGSTER_HOME": str(tmp_path / "home"),
-             "OFFSET_ASSETS_DB_URL": sqlite_url, "OFFSET_ASSETS_WAREHOUSE": warehouse})
+    ran = job.execute_in_process(asset_selection=pair, instance=dg.DagsterInstance.ephemeral())
 
-    assert child.returncode == 0, child.stderr[-3000:]
-    instance = dg.DagsterInstance.from_config(str(tmp_path / "home"))
-    [stats] = [event.asset_materialization for event in instance.fetch_materializations(
-        dg.AssetKey("user_post_stats"), limit=10).records]
-    meta = {name: value.value for name, value in stats.metadata.items()}
-    assert (meta["mode"], meta["processed_keys"]) == ("reprocess", 2)
-    assert meta["reset_reason"].startswith("reprocess request of ")
-    assert meta["offsets_reset"] == {"enriched_posts": iso_utc(offsets["enriched_posts"])}
-    [upstream] = [event.asset_materialization for event in instance.fetch_materializations(
-        dg.AssetKey("enriched_posts"), limit=10).records]
-    assert upstream.metadata["changed_keys"].value == 0
+    assert ran.success and skipped_steps(ran) == []
+    [upstream] = events(ran, "ASSET_MATERIALIZATION", "enriched_posts")
+    assert upstream["changed_keys"] == 0 and upstream["downstream_work"].startswith(
+        "- user_post_stats: reprocess request of ")
+    [stats] = events(ran, "ASSET_MATERIALIZATION", "user_post_stats")
+    assert (stats["mode"], stats["processed_keys"]) == ("reprocess", 2)
+    assert stats["reset_reason"] == upstream["downstream_work"].removeprefix("- user_post_stats: ")
+    assert stats["offsets_reset"] == {"enriched_posts": iso_utc(offsets["enriched_posts"])}
+    assert events(ran, "ASSET_MATERIALIZATION", "post_report") == []
