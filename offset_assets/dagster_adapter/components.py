@@ -67,7 +67,7 @@ _TIMEDELTA = TypeAdapter(timedelta)
 _SQL_TYPE_NAMES = {"bigint": "long", "int": "integer", "smallint": "short", "tinyint": "byte", "bool": "boolean"}
 
 
-def struct_type(columns: Mapping[str, str]) -> StructType:
+def schema_of_columns(columns: Mapping[str, str]) -> StructType:
     """`{name: "long not null"}` as a Spark StructType, without a Spark session: a type is
     Spark's JSON or SQL name (`long` or `bigint`, `decimal(10,2)`, ...)."""
     fields = []
@@ -92,13 +92,12 @@ class _ColumnsOrSchema(dg.Model):
     struct_type: str | None = Field(default=None, description="import path of a pyspark StructType, "
                                     "e.g. .schemas.ORDERS, for types YAML cannot spell")
 
-
     def build_schema(self, context: dg.ComponentLoadContext, what: str) -> StructType:
         if (self.columns is None) == (self.struct_type is None):
             raise dg.DagsterInvalidDefinitionError(f"{what}: give either columns or struct_type")
         if self.columns is not None:
             try:
-                return struct_type(self.columns)
+                return schema_of_columns(self.columns)
             except ValueError as exc:
                 raise dg.DagsterInvalidDefinitionError(f"{what}: {exc}") from None
         schema = import_object(context, self.struct_type)
@@ -141,8 +140,8 @@ class SqlTableSourceModel(dg.Model):
 
 
 class FolderSourceModel(_ColumnsOrSchema):
-    """Files landing in dated folders, read by Spark (`FolderSource`). `columns`/`schema`:
-    the files' schema (needed for csv and json; parquet files carry their own)."""
+    """Files landing in dated folders, read by Spark (`FolderSource`). `columns` or
+    `struct_type`: the files' schema (needed for csv and json; parquet files carry their own)."""
 
     root: str
     format: str = "parquet"
@@ -169,11 +168,10 @@ class KafkaSourceModel(dg.Model):
     max_messages_per_partition: int | None = None
     timeout_s: float | None = None
 
-
     def build(self, context: dg.ComponentLoadContext) -> KafkaSource:
         kwargs = _given(self, exclude={"value_columns"})
         if self.value_columns is not None:
-            kwargs["value_schema"] = struct_type(self.value_columns)
+            kwargs["value_schema"] = schema_of_columns(self.value_columns)
         return KafkaSource(**kwargs)
 
 
@@ -186,6 +184,7 @@ class SourceModel(_OneOf):
 
     def build(self, context: dg.ComponentLoadContext) -> Any:
         return self.chosen().build(context)
+
 
 # -- planners --------------------------------------------------------------------------------
 
@@ -223,7 +222,8 @@ class AutoIncrementIdPlannerModel(dg.Model):
 
 class KafkaOffsetPlannerModel(dg.Model):
     """Per topic-partition offset ranges from the last committed end (`KafkaOffsetPlanner`);
-    `default_start`: `earliest` (a topic's first offset) or `latest`."""
+    `default_start`: the first range's start offsets as JSON (default `{}`: each
+    partition's earliest offset)."""
 
     default_start: str | None = None
     max_offsets_per_partition: int | None = None
@@ -383,7 +383,6 @@ class IncrementalAssetComponent(dg.Component, dg.Model, dg.Resolvable):
     checks: Annotated[OffsetChecksModel | None, parsed(OffsetChecksModel, "checks")] = OffsetChecksModel()
     group_name: str | None = None
     description: str | None = None
-
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         function = import_function(context, self.function)
