@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_assets.control_plane.database import mask_url
+from offset_assets.control_plane.database import mask_url, sqlalchemy_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.slice_tasks import slice_tasks
 
@@ -65,9 +65,7 @@ def source_engine(url: str) -> sa.Engine:
         engine = _engines.get(url)
         if engine is None:
             try:
-                parsed = sa.engine.make_url(url)
-                if parsed.drivername in ("postgresql", "postgres"):
-                    parsed = parsed.set(drivername="postgresql+psycopg2")
+                parsed = sqlalchemy_url(url)
                 engine = sa.create_engine(parsed, pool_pre_ping=True)
             except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
                 raise SourceError(f"bad source URL {mask_url(url)!r}: {exc}") from None
