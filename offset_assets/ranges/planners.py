@@ -86,7 +86,8 @@ class Backlog:
 
 @dataclass(frozen=True)
 class DataRange:
-    """One range to ingest. `end` None: decided when the range runs (max id, Kafka).
+    """One range to ingest. `end` None: decided when the range runs (max id, Kafka) and
+    recorded in job_log before a row is read; a range that has run keeps that end.
 
     `max_size` caps a range whose end is decided when it runs: at most that many offsets
     of each Kafka partition (None: up to the high watermark). `backlog` is information

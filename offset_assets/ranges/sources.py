@@ -44,6 +44,11 @@ class SourceBatch:
 
 
 class RangeSource(Protocol):
+    """Reads a range's rows. A source whose ranges may come without an end (ids, Kafka)
+    also has `range_end(data_range) -> str | None`, the end decided now, which the
+    ingestion records in job_log before it reads; without it the end is the one
+    `read_range` reaches."""
+
     source_type: str
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch: ...
