@@ -17,7 +17,7 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # server, no cluster, no Connect server, no SIGKILLed child.
 QUICK := (quick or not spark) and not (postgres or cluster or connect or sigkill)
 
-.PHONY: install class-archive demo test test-quick exactness dev bench bench-large bench-cluster lint check-java clean
+.PHONY: install class-archive demo test test-quick exactness wheel-check dev bench bench-large bench-cluster lint check-java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; offset-assets needs Python 3.11 (set PYTHON=...)" >&2; exit 1; }
@@ -59,6 +59,13 @@ test-quick: install check-java
 
 exactness: install check-java
 	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest $(XDIST) tests/test_engine_exactness.py -k every_path -s
+
+# The package as users install it: the built wheel in a new virtualenv outside the
+# repository (no editable install, no test extra), running the guide's story and, with
+# the [kafka] extra, its Kafka example (scripts/wheel_story.py; a few minutes, most of
+# it pip). Only the Kafka broker runs from .venv.
+wheel-check: install check-java
+	$(BIN)/python -m scripts.wheel_story
 
 # The UI with one long-lived local Spark Connect server that every run attaches to
 # (assets_defs/dev.py); `make dev DEV_SPARK=local` starts Spark in each run's process.

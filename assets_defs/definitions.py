@@ -21,6 +21,7 @@ from assets_defs.resources import resources_for, source_url
 from assets_defs.schedules import build_schedules
 from assets_defs.sensors import build_sensors
 from offset_assets.config import default_executor
+from offset_assets.dagster_adapter import validate_definitions
 
 EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
 
@@ -28,7 +29,7 @@ EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiproce
 def build_definitions(ingestion: Ingestion | None = None, deployment: str | None = None) -> dg.Definitions:
     """Everything, for `ingestion` (default: built from the environment now)."""
     ingestion = ingestion or build_ingestion(source_url())
-    return dg.Definitions(
+    return validate_definitions(dg.Definitions(
         assets=[*ingestion.assets, *TRANSFORMATIONS],
         asset_checks=OFFSET_CHECKS,
         sensors=build_sensors(ingestion),
@@ -36,7 +37,7 @@ def build_definitions(ingestion: Ingestion | None = None, deployment: str | None
         jobs=[*JOBS, table_maintenance],
         resources=resources_for(deployment),
         executor=EXECUTORS[default_executor()],
-    )
+    ))
 
 
 defs = build_definitions()

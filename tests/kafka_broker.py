@@ -136,6 +136,39 @@ class KafkaBroker:
         if producer.flush(10):
             raise RuntimeError(f"messages to {topic}[{partition}] not delivered within 10 s")
 
+    def transactional_producer(self) -> TransactionalProducer:
+        """One transactional producer (one transactional.id) for several transactions."""
+        return TransactionalProducer(self.bootstrap_servers)
+
+    def read(self, topic: str, partition: int, start: int, stop: int,
+             isolation: str = "read_committed") -> list[tuple[int, str]]:
+        """(offset, value) of the messages a plain confluent-kafka consumer gets from
+        offsets [start, stop) of a partition: what the broker itself returns, to compare a
+        range with."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": "plain-reader",
+                             "isolation.level": isolation, "enable.partition.eof": True,
+                             "enable.auto.commit": False, "auto.offset.reset": "error"})
+        messages: list[tuple[int, str]] = []
+        try:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                message = consumer.poll(1.0)
+                if message is None:
+                    continue
+                if message.error() is not None:
+                    if message.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(message.error().str())
+                    return messages
+                if message.offset() >= stop:
+                    return messages
+                messages.append((message.offset(), message.value().decode()))
+            raise RuntimeError(f"{topic}[{partition}]: no end of partition within 10 s from offset {start}")
+        finally:
+            consumer.close()
+
     def transaction(self, topic: str, values: Sequence[str], partition: int = 0,
                     commit: bool = True) -> None:
         """Messages in one transaction, committed or aborted; either way a transaction
@@ -153,6 +186,28 @@ class KafkaBroker:
             producer.commit_transaction(10)
         else:
             producer.abort_transaction(10)
+
+
+class TransactionalProducer:
+    """A producer with its own transactional.id, whose transactions follow one another."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        from confluent_kafka import Producer
+
+        self._producer = Producer({"bootstrap.servers": bootstrap_servers,
+                                   "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
+        self._producer.init_transactions(10)
+
+    def send(self, topic: str, values: Sequence[str], commit: bool = True, partition: int = 0) -> None:
+        """`values` in one transaction, committed or aborted (a marker follows either way)."""
+        self._producer.begin_transaction()
+        for value in values:
+            self._producer.produce(topic, key=value, value=value, partition=partition)
+        self._producer.flush(10)
+        if commit:
+            self._producer.commit_transaction(10)
+        else:
+            self._producer.abort_transaction(10)
 
 
 @pytest.fixture(scope="session")

@@ -120,12 +120,16 @@ def test_a_failed_range_is_logged_commits_nothing_and_is_retried_first(sqlite_ur
     assert [(s.step_id, s.status) for s in log.steps(failed.job_id)] == [("read", "FAILURE")]
     assert actual(spark, plane, warehouse) == ([], 0)
 
+    # The failed range recorded its end (1, the max id) at its claim: it is retried as that
+    # slice, and the row that arrived since is the next range's.
+    assert failed.data_range_end == "1"
     insert_customers(source_url, ("bob", "Rome", datetime(2022, 1, 1)))
-    (retry,) = ingestion.plan()
-    assert (retry.start, retry.end, retry.previous_status) == ("0", "2", "FAILURE")
-    (done,) = ingestion.run_pending(run_id="run-2")
-    assert (done.job_id, done.attempt, done.data_range.end) == (failed.job_id, 2, "2")
-    assert actual(spark, plane, warehouse) == ([(1, "ann", "Oslo"), (2, "bob", "Rome")], 1)
+    assert [(r.start, r.end, r.previous_status) for r in ingestion.plan()] == [
+        ("0", "1", "FAILURE"), ("1", "2", None)]
+    done, after = ingestion.run_pending(run_id="run-2")
+    assert (done.job_id, done.attempt, done.data_range.end, done.rows_read) == (failed.job_id, 2, "1", 1)
+    assert (after.data_range.start, after.data_range.end, after.rows_read) == ("1", "2", 1)
+    assert actual(spark, plane, warehouse) == ([(1, "ann", "Oslo"), (2, "bob", "Rome")], 2)
 
 
 def test_a_holder_whose_range_was_taken_over_commits_nothing(sqlite_url, spark, warehouse,

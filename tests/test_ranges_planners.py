@@ -129,10 +129,15 @@ def test_auto_increment_id_reads_from_the_last_end_to_the_source_max_id():
     assert planner.pointer(history) == "1000"
 
 
-def test_a_failed_id_range_is_retried_with_the_new_max_id():
+def test_a_failed_id_range_is_retried_with_its_recorded_bounds_and_the_new_ids_follow():
     history = [Row("0", "100"), Row("100", "180", status="FAILURE")]
-    (retry,) = AutoIncrementIdPlanner().plan(history, PlanInputs(source_max_id=250))
-    assert (retry.start, retry.end, retry.previous_status) == ("100", "250", "FAILURE")
+    retry, new = AutoIncrementIdPlanner().plan(history, PlanInputs(source_max_id=250))
+    assert (retry.start, retry.end, retry.previous_status) == ("100", "180", "FAILURE")
+    assert (new.start, new.end, new.previous_status) == ("180", "250", None)
+    # A range that failed before its end was decided recorded none: it takes the max id now.
+    (unbounded,) = AutoIncrementIdPlanner().plan([Row("0", "100"), Row("100", None, status="FAILURE")],
+                                                 PlanInputs(source_max_id=250))
+    assert (unbounded.start, unbounded.end) == ("100", "250")
 
 
 def test_auto_increment_id_honours_its_default_start():
@@ -147,6 +152,19 @@ def test_kafka_starts_at_earliest_then_at_the_committed_end():
     end = kafka_offsets_json({"orders": {"0": 120, "1": 98}})
     (second,) = planner.plan([Row("{}", end)], PlanInputs())
     assert second.start == '{"orders":{"0":120,"1":98}}'
+
+
+def test_a_kafka_range_that_has_run_keeps_its_recorded_end_and_only_the_head_is_left_to_the_run():
+    first = kafka_offsets_json({"orders": {"0": 120, "1": 98}})
+    latest = {"orders": {"0": 400, "1": 300}}
+    for status in ("FAILURE", "RUNNING"):
+        (retry,) = KafkaOffsetPlanner().plan([Row("{}", first, status=status)],
+                                             PlanInputs(latest_offsets=latest))
+        assert (retry.start, retry.end, retry.previous_status) == ("{}", first, status)
+    # Failed before its end was decided (none recorded), or holding nothing: the open head.
+    for row in (Row("{}", None, status="FAILURE"), Row("{}", "{}")):
+        (head,) = KafkaOffsetPlanner().plan([row], PlanInputs(latest_offsets=latest))
+        assert (head.start, head.end) == ("{}", None)
 
 
 def test_kafka_with_no_new_message_plans_nothing():

@@ -175,3 +175,36 @@ def test_a_window_over_a_date_column_read_in_slices_holds_each_day_once(tmp_path
     # A window from 06:00 holds the days whose midnight is in it.
     later = source.read_range(spark, DataRange(RangeKind.TIME_WINDOW, "20220101060000", "20220103000000"))
     assert (later.row_count, ids(later)) == (1, [2])
+
+
+def write_stock_file(path, ids) -> None:
+    """A SQLite file holding stock(id, qty) with `ids`, written beside `path` and moved into
+    place at once (as a file replaced by a nightly export is)."""
+    staged = path.with_name(f"staged-{path.name}")
+    engine = sa.create_engine(f"sqlite:///{staged}")
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE stock (id INTEGER PRIMARY KEY, qty INTEGER)"))
+        conn.execute(sa.text("INSERT INTO stock VALUES (:id, 1)"), [{"id": i} for i in ids])
+    engine.dispose()
+    staged.replace(path)
+
+
+def test_a_sqlite_source_is_read_as_the_file_is_now_never_created_by_a_read(tmp_path, spark):
+    path = tmp_path / "stock.db"
+    source = SqlTableSource(f"sqlite:///{path}", "stock", id_column="id")
+    everything = DataRange(RangeKind.AUTO_INC_ID, "0", None)
+    # One process all along (as the sensor daemon is), with its engine for this URL cached.
+    with pytest.raises(SourceError, match=f"^SQLite source file {path} does not exist$"):
+        source.max_id()
+    with pytest.raises(SourceError, match="does not exist"):
+        source.read_range(spark, everything)
+    assert not path.exists()  # a failed read leaves no empty file behind
+
+    write_stock_file(path, [1, 2])  # put in place later
+    assert source.max_id() == 2 and ids(source.read_range(spark, everything)) == [1, 2]
+    write_stock_file(path, [1, 2, 3, 4, 5])  # replaced
+    assert source.max_id() == 5 and ids(source.read_range(spark, everything)) == [1, 2, 3, 4, 5]
+    path.unlink()
+    with pytest.raises(SourceError, match="does not exist"):
+        source.max_id()
+    assert not path.exists()

@@ -27,6 +27,7 @@ from offset_assets.dagster_adapter import (
     incremental_multi_asset,
     ingestion_asset,
     on_input_commits,
+    validate_definitions,
 )
 
 from .source import SOURCE_URL
@@ -163,7 +164,8 @@ def build_definitions(source_url: str, start: datetime) -> dg.Definitions:
     orders_ingestion, customers_ingestion = orders_job(source_url), customers_job(source_url, start)
     orders = ingestion_asset(orders_ingestion)
     customers = ingestion_asset(customers_ingestion)
-    return dg.Definitions(
+    # Refuses an input that names no asset, or a key that is no column of its input.
+    return validate_definitions(dg.Definitions(
         assets=[orders, customers, *TRANSFORMATIONS],
         asset_checks=OFFSET_CHECKS,
         sensors=[
@@ -179,7 +181,7 @@ def build_definitions(source_url: str, start: datetime) -> dg.Definitions:
         resources=local_resources(),
         # One Spark driver in the run's process, shared by its steps.
         executor=dg.in_process_executor,
-    )
+    ))
 
 
 defs = build_definitions(SOURCE_URL, live_since())

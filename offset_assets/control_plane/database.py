@@ -47,6 +47,20 @@ class ControlPlaneNotFoundError(ControlPlaneUnavailableError):
     control-plane tables), and the caller asked for an existing one."""
 
 
+def sqlalchemy_url(url: str) -> URL:
+    """`url` parsed, with the driver offset-assets connects through: the one rule for every
+    URL handed to it (a control plane, a SQL source, the CLI's `--db-url`).
+
+    PostgreSQL goes through psycopg2 whether the URL names no driver (`postgresql://`,
+    `postgres://`) or names it (`postgresql+psycopg2://`): SQLAlchemy 2.1 would give the
+    plain scheme psycopg 3. A URL naming another driver keeps it. Raises what
+    `sqlalchemy.engine.make_url` raises for a URL that does not parse."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        return parsed.set(drivername="postgresql+psycopg2")
+    return parsed
+
+
 def _parse(url: str) -> URL | None:
     """`url` parsed; None when it does not parse or its password holds an unescaped `@`
     (SQLAlchemy then reads the rest of the password as the host)."""
@@ -96,7 +110,7 @@ def _failure(
 
 def _create_engine(url: str, *, create: bool) -> Engine:
     try:
-        parsed = make_url(url)
+        parsed = sqlalchemy_url(url)
     except ArgumentError as exc:
         raise _failure(ControlPlaneURLError, "malformed control-plane URL", url, exc) from None
     except ValueError as exc:
@@ -111,9 +125,6 @@ def _create_engine(url: str, *, create: bool) -> Engine:
     try:
         if parsed.get_backend_name() == "sqlite":
             return _create_sqlite_engine(url, parsed, create=create)
-        if parsed.drivername in ("postgresql", "postgres"):
-            # SQLAlchemy 2.1 defaults to psycopg 3; the project ships psycopg2.
-            parsed = parsed.set(drivername="postgresql+psycopg2")
         return create_engine(parsed, pool_pre_ping=True)
     except (NoSuchModuleError, ArgumentError, ImportError) as exc:
         raise _failure(ControlPlaneURLError, "unsupported control-plane URL", url, exc) from None

@@ -32,6 +32,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.names import validate_name
+from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.schema import transform_input_offset, transform_settled
 from offset_assets.errors import InvalidOffsetError
 
@@ -115,7 +116,8 @@ class OffsetRepository:
     ) -> int:
         """Delete the offset of one input, or of every input when `input_table_name` is
         None, so the next run reads those inputs from the beginning. Returns the number
-        of offsets deleted."""
+        of offsets deleted. The values deleted are kept in the same transaction until a
+        run reports them (`offset_resets.py`)."""
         validate_name(transformation_id, TRANSFORMATION_ID)
         if input_table_name is not None:
             validate_name(input_table_name, INPUT_TABLE_NAME)
@@ -126,6 +128,9 @@ class OffsetRepository:
             # A re-scan reads the deltas again, so the settled snapshot that lets a run skip
             # deltas it processed entirely is forgotten with the offsets.
             c.execute(delete(transform_settled).where(transform_settled.c.transformation_id == transformation_id))
+            deleted = {name: value for name, value in self.get_offsets_for_transformation(transformation_id, c).items()
+                       if input_table_name is None or name == input_table_name}
+            OffsetResets(self.plane).record(transformation_id, deleted, c)
             return c.execute(statement).rowcount
 
     def get_statistics(

@@ -116,6 +116,17 @@ transform_reprocess_request = Table(
     Column("requested_at", Double, nullable=False),
 )
 
+# Offsets deleted between runs (a rescan, a reprocess request, `reset_offset`), each with
+# the value it had: the next complete run reports them (`offsets_reset`) and deletes them.
+transform_offset_reset = Table(
+    "transform_offset_reset",
+    metadata,
+    Column("transformation_id", String(255), primary_key=True),
+    Column("input_table_name", String(255), primary_key=True),
+    Column("update_ts_offset", Double, nullable=False),
+    Column("reset_at", Double, nullable=False),
+)
+
 # The meta deltas of a transformation that wrote failed keys not yet retried with success:
 # a run reads only these deltas to find its failed keys, never the whole meta.
 transform_failed_delta = Table(

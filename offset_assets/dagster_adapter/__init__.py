@@ -24,8 +24,12 @@ _EXPORTS = {
     "incremental_metadata": "offset_assets.dagster_adapter.asset_spec",
     "table_metadata": "offset_assets.dagster_adapter.asset_spec",
     "resolve_incremental": "offset_assets.dagster_adapter.asset_spec",
+    "validate_definitions": "offset_assets.dagster_adapter.definition_checks",
     "run_metadata": "offset_assets.dagster_adapter.run_report",
     "on_input_commits": "offset_assets.dagster_adapter.automation",
+    # Dagster components (`defs.yaml`)
+    "IngestionJobComponent": "offset_assets.dagster_adapter.components",
+    "IncrementalAssetComponent": "offset_assets.dagster_adapter.components",
     # checks, sensors, schedules
     "build_offset_checks": "offset_assets.dagster_adapter.checks",
     "build_offset_sensor": "offset_assets.dagster_adapter.sensors",

@@ -36,6 +36,7 @@ from offset_assets.versioned.table_schema import column_name_problems
 
 SPEC_KEY = "offset_assets/incremental"
 TABLE_KEY = "offset_assets/table"
+COLUMN_SCHEMA_KEY = "dagster/column_schema"  # Dagster's own key: the UI shows the columns
 
 FailedKeysPolicy = Literal["raise", "warn"]
 
@@ -224,7 +225,7 @@ def table_metadata(*, primary_key: Sequence[str], schema: Any) -> dict[str, Any]
     text = schema_json(schema)
     return {
         TABLE_KEY: {"primary_key": list(primary_key), "schema": text},
-        "dagster/column_schema": column_schema(text),
+        COLUMN_SCHEMA_KEY: column_schema(text),
     }
 
 
@@ -253,7 +254,7 @@ def incremental_metadata(
 
 def spec_metadata(spec: IncrementalSpec) -> dict[str, Any]:
     """The definition metadata of an incremental asset: its spec and its column schema."""
-    return {**spec.to_metadata(), "dagster/column_schema": column_schema(spec.schema_json)}
+    return {**spec.to_metadata(), COLUMN_SCHEMA_KEY: column_schema(spec.schema_json)}
 
 
 def resolve_incremental(

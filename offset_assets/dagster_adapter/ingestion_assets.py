@@ -45,7 +45,13 @@ import dagster as dg
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
 from offset_assets.dagster_adapter.asset_job import AssetJob
-from offset_assets.dagster_adapter.asset_spec import TABLE_KEY, table_name_for
+from offset_assets.dagster_adapter.asset_spec import (
+    COLUMN_SCHEMA_KEY,
+    TABLE_KEY,
+    column_schema,
+    schema_json,
+    table_name_for,
+)
 from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.ingestion_report import ingestion_metadata
@@ -139,6 +145,8 @@ def ingestion_asset(
         ),
         metadata={
             TABLE_KEY: job.target.name,
+            # The target's columns, for the UI and for the checks of the assets reading it.
+            COLUMN_SCHEMA_KEY: column_schema(schema_json(job.target.schema)),
             "offset_assets/log_driven_type": str(job.planner.kind),
             "offset_assets/source_type": job.source.source_type,
             **(metadata or {}),

@@ -10,7 +10,9 @@ read to the events, driven by the asset body.
 `start` reads what the Dagster run asks (its tags, its run config) and decides the mode
 once: a `reset` (a backfill or the reset tag: every key again), a `changelist` (given
 keys), or a regular run, which first asks the control plane whether there is anything to
-do (`idle`: no Spark session started) and otherwise is a `run`. `stream` runs the engine
+do (`idle`: no Spark session started) and otherwise is a `run`. An idle invocation also
+asks whether an incremental asset downstream of it in the same run has work of its own
+(`downstream_work.py`): then it materializes, so Dagster does not skip that asset. `stream` runs the engine
 in that mode (it reads the transformation's state once, at the start of its run) and
 turns the engine's result into events through the one event iterator of
 `run_report.py`. What is reported comes from the result; the only thing read again is
@@ -20,15 +22,18 @@ turns the engine's result into events through the one event iterator of
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 import dagster as dg
 
-from offset_assets.dagster_adapter.asset_spec import IncrementalAsset
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
 from offset_assets.dagster_adapter.backfill import tag_reset_reason
+from offset_assets.dagster_adapter.definition_checks import run_start_problems
+from offset_assets.dagster_adapter.downstream_work import downstream_work
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.run_report import RunReport, run_events
 from offset_assets.engine.pending import idle_result
@@ -61,14 +66,19 @@ class IncrementalInvocation:
     reset_reason: str | None = None
     keys: Sequence[dict[str, Any]] | None = None
     idle: RunResult | None = None
+    waiting: Mapping[dg.AssetKey, Sequence[str]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
               asset: IncrementalAsset, func: TransformFunction, changelist: Sequence[dict[str, Any]] | None,
               change_detection: ChangeDetection | str | None) -> IncrementalInvocation:
-        """Decide the mode from the run's tags and config. A regular v2 run asks the
-        control plane first: with nothing to do it starts no Spark session (v1 compares
-        the data itself and always runs)."""
+        """Decide the mode from the run's tags and config. Mistakes in what the asset
+        says of its inputs fail the step first (`definition_checks.run_start_problems`).
+        A regular v2 run asks the control plane first: with nothing to do it starts no
+        Spark session (v1 compares the data itself and always runs)."""
+        problems = run_start_problems(context, DeltaCatalog(resource.control_plane()), asset)
+        if problems:
+            raise dg.Failure(description="\n".join(problems))
         reason = tag_reset_reason(context.run.tags)
         if changelist is not None and reason is not None:
             raise dg.Failure(
@@ -85,18 +95,22 @@ class IncrementalInvocation:
             idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
                                asset.output_tables, context.run.run_id, asset.spec.commit_mode)
             if idle is not None:
-                return replace(invocation, mode=InvocationMode.idle, idle=idle)
+                return replace(invocation, mode=InvocationMode.idle, idle=idle,
+                               waiting=downstream_work(context, resource, asset))
         return invocation
 
     def stream(self) -> Iterator[dg.MaterializeResult]:
         """Run the engine in the invocation's mode and yield the asset's events: a
         materialization per output that committed a version (every output of an
-        explicit request: a reset, a key list, a reprocess request the run worked on),
-        an observation for every other output."""
+        explicit request: a reset, a key list, a reprocess request the run worked on;
+        an idle output whose downstream assets in the run have work), an observation for
+        every other output."""
         result = self._run()
-        report = RunReport.of(self.asset, result, self.reset_reason)
+        report = RunReport.of(self.asset, result, self.reset_reason, self.waiting)
         if self.mode != InvocationMode.idle:
             report = replace(report, row_counts=output_row_counts(self.resource, self.asset, report.materialized))
+        elif report.materialized:
+            report = replace(report, row_counts=catalog_row_counts(self.resource, report.materialized))
         yield from run_events(self.context, report)
 
     def _run(self) -> RunResult:
@@ -104,6 +118,9 @@ class IncrementalInvocation:
         if self.mode == InvocationMode.idle:
             self.context.log.info(f"{tid}: nothing to do (no input commit beyond the offsets); "
                                   "no Spark session started")
+            for key, waiting in self.waiting.items():
+                self.context.log.info(f"{key.to_user_string()} is materialized all the same, so that "
+                                      f"Dagster runs what waits downstream in this run: {'; '.join(waiting)}")
             return self.idle
         engine = self.resource.engine()
         transformation = self.resource.transformation(self.asset, self.func)
@@ -119,3 +136,11 @@ def output_row_counts(resource: IncrementalEngineResource, asset: IncrementalAss
     counted them at the commit (`IncrementalEngineResource.row_counts`), in one place for
     both paths; an output the run left as it was keeps its count."""
     return resource.row_counts([out.asset_key for out in asset.outputs if out.asset_key in materialized])
+
+
+def catalog_row_counts(resource: IncrementalEngineResource,
+                       materialized: Collection[dg.AssetKey]) -> dict[dg.AssetKey, int]:
+    """`dagster/row_count` of outputs an idle step materializes: the catalog's counts
+    only (a count the catalog lacks is left out: an idle step starts no Spark)."""
+    counts = DeltaCatalog(resource.control_plane()).actual_rows([table_name_for(key) for key in materialized])
+    return {key: counts[table_name_for(key)] for key in materialized if counts[table_name_for(key)] is not None}

@@ -37,41 +37,59 @@ class RunReport:
 
     `reason`: why every key was reprocessed (`backfill <id>`, `tag
     offset_assets/reset=true`, `reprocess request of <date>`), None for any other run;
-    `row_counts`: `dagster/row_count` of the outputs the invocation counted."""
+    `row_counts`: `dagster/row_count` of the outputs the invocation counted; `waiting`:
+    per output of an idle run, the work of the assets downstream of it in the same run
+    (`downstream_work.py`), for which it materializes all the same."""
 
     asset: IncrementalAsset
     result: RunResult
     reason: str | None = None
     row_counts: Mapping[dg.AssetKey, int] = field(default_factory=dict)
+    waiting: Mapping[dg.AssetKey, Sequence[str]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, asset: IncrementalAsset, result: RunResult, tag_reason: str | None) -> RunReport:
+    def of(cls, asset: IncrementalAsset, result: RunResult, tag_reason: str | None,
+           waiting: Mapping[dg.AssetKey, Sequence[str]] | None = None) -> RunReport:
         """The report of `result`, its reason named by the run's tags or else by the
         reprocess request the run worked on."""
-        return cls(asset, result, tag_reason or reprocess_reason(result))
+        return cls(asset, result, tag_reason or reprocess_reason(result), waiting=dict(waiting or {}))
 
     @property
     def materialized(self) -> list[dg.AssetKey]:
         """The outputs the run materializes: each that committed a version (a row written
         or deleted); every output of an explicit request (a reprocess, a key list): the
-        user asked for them. A materialization is what wakes downstream automation and
-        the downstream steps of the run."""
+        user asked for them; an output with work waiting downstream in the same run. A
+        materialization is what wakes downstream automation and the downstream steps of
+        the run."""
         explicit = self.result.mode != RunMode.incremental
         return [out.asset_key for out in self.asset.outputs
-                if explicit or self.result.versions_written(out.table_name) > 0]
+                if explicit or self.result.versions_written(out.table_name) > 0 or out.asset_key in self.waiting]
 
     def metadata(self, out: IncrementalOutput) -> dict[str, dg.MetadataValue]:
         tables = [o.table_name for o in self.asset.outputs]
-        return run_metadata(output_view(self.result, out.table_name, tables), output_tables=[out.table_name],
-                            reset_reason=self.reason, row_count=self.row_counts.get(out.asset_key))
+        metadata = run_metadata(output_view(self.result, out.table_name, tables), output_tables=[out.table_name],
+                                reset_reason=self.reason, row_count=self.row_counts.get(out.asset_key))
+        waiting = self.waiting.get(out.asset_key)
+        if waiting:
+            # Said in the summary too: a materialization of an idle run needs its reason.
+            metadata["downstream_work"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in waiting))
+            metadata["summary"] = dg.MetadataValue.md(
+                f"{metadata['summary'].value}\n\nNothing to do here; materialized so that Dagster runs what "
+                f"waits downstream in this run: {'; '.join(waiting)}.")
+        return metadata
 
 
 def reprocess_reason(result: RunResult) -> str | None:
-    """`reprocess request of <date>` for a run that worked on a pending reprocess
-    request (`offset-assets reprocess`), None for any other."""
-    if result.mode != RunMode.reprocess or result.reprocess_requested_at is None:
-        return None
-    return f"reprocess request of {iso_utc(result.reprocess_requested_at, 'seconds')}"
+    """Why the offsets were reset before a run that its tags did not reset: `reprocess
+    request of <date>` for a run that worked on a pending reprocess request
+    (`offset-assets reprocess`), `rescan of <date>` for the first run after offsets were
+    reset on their own (`offset-assets rescan`, `OffsetStore.reset_offset`), None for
+    any other."""
+    if result.mode == RunMode.reprocess and result.reprocess_requested_at is not None:
+        return f"reprocess request of {iso_utc(result.reprocess_requested_at, 'seconds')}"
+    if result.offsets_reset_at is not None:
+        return f"rescan of {iso_utc(result.offsets_reset_at, 'seconds')}"
+    return None
 
 
 def run_events(context: dg.AssetExecutionContext, report: RunReport) -> Iterator[dg.MaterializeResult]:
@@ -120,6 +138,8 @@ def _log_run(context: dg.OutputContext | dg.AssetExecutionContext, report: RunRe
 
 
 def _reprocess_text(result: RunResult) -> str:
+    if result.mode != RunMode.reprocess:
+        return f"offsets reset ({reset_offsets_text(result)}): the inputs' whole history re-read"
     if result.offsets_reset:
         return f"offsets reset ({reset_offsets_text(result)}) and every key reprocessed"
     return "every key reprocessed (the request reset the offsets when it was made)"
@@ -134,9 +154,10 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
     Counts are on every run (zeros included), so the UI plots them across
     materializations. An entry without a value is left out, never shown as null or `{}`:
     no `offset_before.X` before an input's first offset (or after a reset), no
-    `delta.X` when nothing was committed, `offsets_reset` only on a reset run that
-    replaced offsets. `offset_lag_s.X` (default: the result's own, as of the run's
-    snapshot) says how far input X's offset is behind its newest commit. Two clocks are
+    `delta.X` when nothing was committed, `offsets_reset` only on a run after a reset
+    that replaced offsets (its own, a backfill's, or one made between runs).
+    `offset_lag_s.X` (default: the result's own, as of the run's snapshot) says how far
+    input X's offset is behind its newest commit. Two clocks are
     named apart: `run_started_at`/`run_finished_at` are
     the run's wall clock; `inputs_committed_up_to` is the snapshot's commit clock (the
     keys' process_ts): the run read every input commit up to it, which on a quiet input

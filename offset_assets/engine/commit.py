@@ -12,8 +12,9 @@ What goes into the transaction besides the deltas:
 - offsets: per input the last delta the run read, in batch mode never past the oldest
   change still waiting in a later batch (inclusive boundary, so that change is read again);
 - the meta delta that recorded failed keys, listed so that later runs find them cheaply;
-- in the final commit of a complete run: the reprocess request it fulfilled and the
-  failure listings it retried are removed, and its snapshot is recorded as settled.
+- in the final commit of a complete run: the reprocess request it fulfilled, the
+  failure listings it retried and the offset resets it reported are removed, and its
+  snapshot is recorded as settled.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlalchemy import Connection
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import assert_lease_held
+from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
@@ -184,6 +186,7 @@ def _write_plan(plane, conn: Connection, plan: CommitPlan, meta_hot: HotDelta | 
     failures = FailedDeltas(plane)
     if plan.final:
         failures.drop(tid, plan.drop_failed_deltas, conn)
+        OffsetResets(plane).clear(tid, conn)
         if plan.complete_request_ts is not None:
             ReprocessRequests(plane).complete(tid, plan.complete_request_ts, conn)
         settled = SettledSnapshots(plane)

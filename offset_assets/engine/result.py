@@ -49,7 +49,12 @@ class RunResult:
     snapshot_deltas: dict[str, int]
     offsets_before: dict[str, float]
     offsets_after: dict[str, float] = field(default_factory=dict)
+    # Offsets this run reset (a backfill), or that were reset between runs and not reported
+    # yet (a rescan, a reprocess request): input -> the value it had.
     offsets_reset: dict[str, float] = field(default_factory=dict)
+    # Wall clock of the latest reset made between runs that `offsets_reset` reports; None
+    # when it reports none (or only the run's own).
+    offsets_reset_at: float | None = None
     # Per input, the commit_ts of the newest delta in the run's snapshot (inputs without
     # a committed delta left out): what its offset lag is measured against.
     input_commit_ts: dict[str, float] = field(default_factory=dict)

@@ -162,6 +162,7 @@ class TransformationRun:
             started_at=self._started_at,
         )
         self.result.offsets_reset = dict(state.offsets_reset)
+        self.result.offsets_reset_at = state.offsets_reset_at
         self.result.input_commit_ts = dict(state.snapshot_commit_ts)
         self.result.reprocess_requested_at = state.requested_at
         self._writer = OutputWriter(t, self.holder, self.run_id, self._reads, self.meta, self.result)

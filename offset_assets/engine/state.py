@@ -26,6 +26,7 @@ from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.leases import RunLeases
+from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine.index_request import IndexRequest, RunSnapshot, snapshot_commit_ts
@@ -54,7 +55,9 @@ class RunState:
     """What a run works from, read from the control plane at its start.
 
     `offsets_before`: the offsets the run reads from (none for a backfill, whose first
-    commit deletes `offsets_reset`); `request_ts`: the clock value R of the reprocess the
+    commit deletes them); `offsets_reset`: what a full run reports as reset, the offsets
+    a backfill deletes and those reset between runs (`OffsetResets`, reset at
+    `offsets_reset_at`), which its final commit stops recording; `request_ts`: the clock value R of the reprocess the
     run fulfils (a backfill's own snapshot clock, else a pending request's), and
     `requested_at` the wall clock at which a pending request was made (None for a
     backfill); `request` and `by_input` (the deltas each input contributes) only for a
@@ -69,6 +72,7 @@ class RunState:
     snapshot: RunSnapshot
     offsets_before: Mapping[str, float]
     offsets_reset: Mapping[str, float] = field(default_factory=dict)
+    offsets_reset_at: float | None = None
     request_ts: float | None = None
     requested_at: float | None = None
     listed_failures: Sequence[int] = ()
@@ -106,6 +110,12 @@ class RunState:
             pending = ReprocessRequests(engine.plane).pending_request(tid)
             if pending is not None:
                 request_ts, requested_at = pending.requested_ts, pending.requested_at
+        offsets_reset_at: float | None = None
+        recorded = OffsetResets(engine.plane).recorded(tid) if full else None
+        if recorded is not None:
+            # The value recorded at the first reset wins: it is what the last complete run left.
+            offsets_reset = {**offsets_reset, **recorded.offsets}
+            offsets_reset_at = recorded.reset_at
         if not full:
             return cls(tid, full=False, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
                        offsets_reset=offsets_reset, request_ts=request_ts,
@@ -120,6 +130,7 @@ class RunState:
                                 use_settled=not reprocess_all, meta_deltas=meta_deltas)
         by_input = request.deltas_by_name(catalog, input_names)
         return cls(tid, full=True, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
-                   offsets_reset=offsets_reset, request_ts=request_ts, requested_at=requested_at,
+                   offsets_reset=offsets_reset, offsets_reset_at=offsets_reset_at, request_ts=request_ts,
+                   requested_at=requested_at,
                    listed_failures=listed, request=request, by_input=by_input,
                    snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input), versions_stored=stored)

@@ -9,6 +9,13 @@ are both committed or neither is: a crash anywhere before leaves the range RUNNI
 Rows equal to the table's actual state create no version (versioned-table rule), so a
 re-run or refresh of a range that changed nothing at the source commits no delta.
 
+A range is a fixed slice once it has run: an end left to the run (a Kafka range's, an id
+range's max id) is decided once the range is claimed and recorded in job_log before a row
+is read, and every later run of the range (retry, takeover, refresh, a Dagster partition
+launched again) reads exactly to it. A run that died holding the target's hot delta
+(killed during the write or inside the commit) blocks nothing: the next writer finds the
+delta's holder dead in job_log and discards it (`_open_target_delta`).
+
 A time window that has not ended yet (today's, for daily windows) can be ingested too:
 always as a refresh, and its job_log row records end = start, the mark of a range that
 holds nothing. Its rows are committed, but the pointer does not move past the window,
@@ -33,6 +40,8 @@ from pyspark.sql.types import DataType, StructType
 from sqlalchemy import Connection
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog import HotDeltaHeldError
+from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
@@ -49,6 +58,7 @@ from offset_assets.ranges.planners import (
     TimeWindowPlanner,
     UpstreamPlanner,
     parse_time,
+    recorded_end,
 )
 from offset_assets.ranges.sources import RangeSource, SourceBatch
 from offset_assets.versioned.commit import commit_transaction
@@ -61,6 +71,8 @@ logger = logging.getLogger(__name__)
 
 TARGET_TYPE = "versioned_table"
 SYS_OP = "sys_op"
+# The holder of an ingestion's hot delta: `ingestion:<job name>` (run id beside it).
+HOLDER_PREFIX = "ingestion:"
 
 
 @dataclass(frozen=True)
@@ -208,6 +220,7 @@ class RangeIngestion:
         window_open = is_open_window(data_range, now or datetime.now(UTC))
         if window_open:
             data_range = replace(data_range, refresh=True)
+        data_range = self._as_recorded(data_range)
         pending = [] if data_range.refresh else self.plan(now)
         planned = pending[0] if pending and pending[0].start == data_range.start else None
         if planned is not None:
@@ -232,6 +245,7 @@ class RangeIngestion:
             with Heartbeat(self.log, claim, self.job.claim_policy.heartbeat_interval_s):
                 steps.start("read")
                 with profiler.phase("source_read"):
+                    data_range = self._record_end(data_range, claim)
                     batch = self.job.source.read_range(self.spark, data_range)
                     rows, types = self._shape(batch)
                     rows_read = batch.row_count if batch.row_count is not None else rows.count()
@@ -242,7 +256,7 @@ class RangeIngestion:
                     table = VersionedTable(self.spark, self.plane, self.job.target.name,
                                            self.job.target.primary_key, self.job.target.schema,
                                            warehouse=self.warehouse)
-                    hot = table.open_delta(holder=f"ingestion:{self.job.name}", run_id=run_id)
+                    hot = self._open_target_delta(table, run_id)
                     # One write, then the commit (last: no file for unchanged rows), in one
                     # pass: the range's count sizes it (a transform's rows are sized by the
                     # source's count: the write's partitions, never what it keeps). Without a
@@ -312,6 +326,70 @@ class RangeIngestion:
                           **_backlog_args(planned)},
         )
 
+    def _as_recorded(self, data_range: DataRange) -> DataRange:
+        """A range that has run keeps the end job_log recorded for it: ids and Kafka
+        offsets, whose ends are decided when a range runs (time windows and upstream
+        ranges are their own bounds). Another end asked for such a range is refused."""
+        if data_range.kind not in (RangeKind.AUTO_INC_ID, RangeKind.KAFKA_OFFSET):
+            return data_range
+        end = recorded_end(self.log.get_range(self.job.name, data_range.start))
+        if end is None or data_range.end == end:
+            return data_range
+        if data_range.end is not None:
+            raise PlanningError(
+                f"job {self.job.name!r} range {data_range.start!r} has run as "
+                f"{data_range.start!r}..{end!r} (job_log); a range keeps its bounds once it has "
+                f"run, so it cannot run to {data_range.end!r}: run it with its end (or none)"
+            )
+        return replace(data_range, end=end)
+
+    def _record_end(self, data_range: DataRange, claim: Claim) -> DataRange:
+        """The range with its end decided, when it has none (the head range: a Kafka
+        range's offsets, an id range's max id, read from the source now), and recorded in
+        job_log before a row is read, so that whatever runs the range next reads this same
+        slice. A source without `range_end` decides its end as it reads."""
+        decide = getattr(self.job.source, "range_end", None)
+        if data_range.end is not None or decide is None:
+            return data_range
+        end = decide(data_range)
+        if end is None:
+            return data_range
+        self.log.record_end(claim.job_id, end, run_id=claim.run_id)
+        return replace(data_range, end=end)
+
+    @property
+    def holder(self) -> str:
+        """The holder name of the hot deltas this job opens."""
+        return f"{HOLDER_PREFIX}{self.job.name}"
+
+    def _open_target_delta(self, table: VersionedTable, run_id: str) -> HotDelta:
+        """Open the target's hot delta for `run_id`. One left open by an ingestion run that
+        died (killed during its write or inside its commit) is discarded first: its run
+        holds no range any more, or only ranges whose holder is found dead, as a claim
+        finds it (`ClaimPolicy`); a takeover of the dead run's range has just made it so."""
+        try:
+            return table.open_delta(holder=self.holder, run_id=run_id)
+        except HotDeltaHeldError as held:
+            if not self._left_by_dead_run(held.hot, run_id):
+                raise
+            discarded = table.catalog.discard_hot(table.name, held.hot.holder or "", held.hot.run_id or "")
+        if discarded is not None:
+            logger.warning("job %s: discarded hot delta %s of %s left by dead run %r (%s)", self.job.name,
+                           discarded.delta_num, table.name, discarded.run_id, discarded.holder)
+            _delete_quietly(table, discarded)
+        return table.open_delta(holder=self.holder, run_id=run_id)
+
+    def _left_by_dead_run(self, hot: DeltaInfo, run_id: str) -> bool:
+        """Whether `hot` is an ingestion's (this job's or another's writing the same table)
+        under a run other than `run_id` that holds no live range of that job."""
+        holder = hot.holder or ""
+        if not holder.startswith(HOLDER_PREFIX) or hot.run_id is None or hot.run_id == run_id:
+            return False
+        policy = self.job.claim_policy
+        running = self.log.jobs(holder.removeprefix(HOLDER_PREFIX), status=JobStatus.RUNNING)
+        return all(self.log.is_stale(row, policy.stale_after_s, policy.is_run_dead)
+                   for row in running if row.run_id == hot.run_id)
+
     def _shape(self, batch: SourceBatch) -> tuple[DataFrame, dict[str, DataType] | None]:
         """The range's rows as the target's columns, and their types when known (None after
         a transform): the source's schema is asked once, since over Spark Connect every
@@ -349,6 +427,16 @@ def _as_planned(requested: DataRange, planned: DataRange) -> DataRange:
     if requested.end is None:
         requested = replace(requested, end=planned.end)
     return requested
+
+
+def _delete_quietly(table: VersionedTable, discarded: DeltaInfo) -> None:
+    """Delete a discarded delta's files; a failure leaves orphans that table maintenance
+    removes (`offset_assets.versioned.maintenance`), never a reason to stop the range."""
+    try:
+        table.files.delete(discarded.data_path)
+    except Exception:  # noqa: BLE001 - the files are garbage either way
+        logger.exception("files of discarded hot delta %s of %s not deleted", discarded.delta_num,
+                         discarded.table_name)
 
 
 def _key_range(batch: SourceBatch, target: TargetTable) -> tuple[Any, Any] | None:

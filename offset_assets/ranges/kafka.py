@@ -1,11 +1,13 @@
 """Kafka topics as a range source (optional extra: `pip install offset-assets[kafka]`).
 
 A Kafka range starts at the committed end offsets of the previous range (Spark-style
-JSON, see planners) and, per partition, ends at the last stable offset seen when the run
-started (capped by `max_messages_per_partition`): the next offset to read, which lies
-past any transaction markers and aborted messages before it. Offsets live in job_log,
-committed with the data; the consumer group's own commits are not used, so a range is
-replayed exactly when its data did not commit.
+JSON, see planners) and, per partition, ends at the last stable offset seen when the
+range first ran (capped by `max_messages_per_partition`): the next offset to read, which
+lies past any transaction markers and aborted messages before it. That end is recorded
+in job_log when the range is claimed, before a message is read (`range_end`), and every
+later run of the range reads exactly to it (`plan_fixed_slices`). Offsets live in
+job_log, committed with the data; the consumer group's own commits are not used, so a
+range is replayed exactly when its data did not commit.
 
 The driver only plans: it reads the partitions' offsets and turns the range into one
 `OffsetSlice` per topic-partition. The executors read the slices (`kafka_slices.py`), in
@@ -76,6 +78,50 @@ def plan_slices(
             if max_messages_per_partition is not None:
                 stop = min(stop, begin + max_messages_per_partition)
             slices.append(OffsetSlice(topic, int(partition), int(begin), stop))
+    return slices
+
+
+def plan_fixed_slices(
+    start: Mapping[str, Mapping[str, int]],
+    end: Mapping[str, Mapping[str, int]],
+    earliest: Mapping[str, Mapping[str, int]],
+    latest: Mapping[str, Mapping[str, int]],
+) -> list[OffsetSlice]:
+    """One slice per partition of `end`, a range's recorded end: from the range start (a
+    partition the start does not list, from its earliest offset) to that end, whatever
+    the partitions hold now. Partitions added since are no part of the range.
+
+    Offsets of the range the broker no longer holds (retention) or does not hold (the
+    topic was recreated) are an error, as in `plan_slices`."""
+    slices = []
+    for topic, partitions in sorted(end.items()):
+        for partition, stop in sorted(partitions.items(), key=lambda kv: int(kv[0])):
+            where = f"Kafka topic {topic!r} partition {partition}"
+            low = earliest.get(topic, {}).get(partition)
+            high = latest.get(topic, {}).get(partition)
+            if low is None or high is None:
+                raise SourceError(f"{where}: the range reads it up to offset {stop}, but the topic "
+                                  "has no such partition now (was the topic recreated?)")
+            begin = start.get(topic, {}).get(partition)
+            if begin is None and low > stop:
+                raise SourceError(
+                    f"{where}: the range reads it from its earliest offset up to offset {stop} but "
+                    f"the partition now starts at offset {low}: what the range held of it was "
+                    "deleted (retention) before this run"
+                )
+            begin = low if begin is None else begin
+            if begin < low:
+                raise SourceError(
+                    f"{where}: the range reads offsets {begin}..{stop - 1} but the partition now "
+                    f"starts at offset {low}; offsets {begin}..{min(low, stop) - 1} were deleted "
+                    "(retention) before this run"
+                )
+            if stop > high:
+                raise SourceError(
+                    f"{where}: the range reads it up to offset {stop} but the partition ends at "
+                    f"offset {high} (was the topic recreated?)"
+                )
+            slices.append(OffsetSlice(topic, int(partition), int(begin), int(stop)))
     return slices
 
 
@@ -169,13 +215,23 @@ class KafkaSource:
         return self.watermarks()[1]
 
     def plan(self, data_range: DataRange) -> tuple[list[OffsetSlice], str]:
-        """The range's slices and its end, from the partitions' offsets now; at most
-        the planner's `max_size` and this source's `max_messages_per_partition` offsets
-        of each partition, the smaller of the two."""
+        """The range's slices and its end. A range with an end (recorded when it first
+        ran) is read to exactly that end. Without one (the head range, never run), the
+        end is the partitions' offsets now: at most the planner's `max_size` and this
+        source's `max_messages_per_partition` offsets of each partition, the smaller of
+        the two."""
         start = parse_kafka_offsets(data_range.start)
+        if data_range.end is not None:
+            slices = plan_fixed_slices(start, parse_kafka_offsets(data_range.end), *self.watermarks())
+            return slices, slices_end(start, slices)
         caps = [c for c in (data_range.max_size, self.max_messages_per_partition) if c is not None]
         slices = plan_slices(start, *self.watermarks(), min(caps, default=None))
         return slices, slices_end(start, slices)
+
+    def range_end(self, data_range: DataRange) -> str:
+        """The end of `data_range`, decided now when it has none (see `plan`): what the
+        ingestion records in job_log before a message is read."""
+        return data_range.end if data_range.end is not None else self.plan(data_range)[1]
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
         """The range's messages, read from the brokers now (once: see `read_slices`) and

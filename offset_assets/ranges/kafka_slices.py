@@ -9,7 +9,11 @@ the same slice again.
 
 A slice's stop is at most the partition's last stable offset when the range was planned:
 every offset below it is decided (a committed message, an aborted one, a transaction
-marker), so a task reads through to the stop, and the range ends exactly there.
+marker), so a task reads through to the stop, and the range ends exactly there. A slice
+whose last offset is a committed message ends as soon as that message is read; only one
+whose last offsets are a transaction marker or aborted messages (which the consumer
+never delivers) waits for the next sign of where the partition stands: the end of the
+partition or a message at or past the stop.
 
 A range is read from the brokers once (`read_slices`): its messages are counted as they
 are read (their offsets give no count: transaction markers and aborted messages occupy
@@ -105,9 +109,11 @@ def _text(raw: bytes | str | None) -> str | None:
 def read_slice(consumer_config: Mapping[str, Any], piece: OffsetSlice, timeout_s: float) -> Iterator[tuple]:
     """The committed messages of `piece` as MESSAGE_SCHEMA rows, read to its stop.
 
-    Raises SourceError when the broker gives no message for `timeout_s` before the stop
-    is reached (a broker down), when the partition ends before the stop, or on any
-    consumer error: a slice is read whole or its task fails."""
+    The message at the slice's last offset ends it at once: no end-of-partition signal is
+    waited for, so a broker that goes away after it was read fails nothing. Raises
+    SourceError when the broker gives no message for `timeout_s` before the stop is
+    reached (a broker down), when the partition ends before the stop, or on any consumer
+    error: a slice is read whole or its task fails."""
     if piece.start >= piece.stop:
         return
     kafka = confluent()
@@ -146,6 +152,8 @@ def read_slice(consumer_config: Mapping[str, Any], piece: OffsetSlice, timeout_s
             _kind, timestamp_ms = message.timestamp()
             yield (piece.topic, piece.partition, message.offset(), timestamp_ms,
                    _text(message.key()), _text(message.value()))
+            if position == piece.stop:
+                return
     finally:
         consumer.close()
 

@@ -22,9 +22,15 @@ Bounds by type (stored as strings in job_log):
 - auto-increment id: (start, end], the last id ingested and the max id read;
 - Kafka: start and end are Spark-style JSON offsets {"topic": {"partition": offset}};
   the end is, per partition, the next offset to read: the last stable offset when the
-  range runs (past transaction markers), capped by `max_offsets_per_partition`; it is
-  the next range's start;
+  range first runs (past transaction markers), capped by `max_offsets_per_partition`; it
+  is the next range's start;
 - upstream: the upstream range's own bounds.
+
+A range is a fixed slice once it has run: an end decided when the range runs (a Kafka
+range's, an id range's max id) is recorded in job_log as the range is claimed, before a
+row is read, and every later run of that range (a retry, a refresh, a takeover) reads
+exactly to it (`recorded_end`). Only the range at the head, never run, is planned to the
+present.
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ class Backlog:
 
 @dataclass(frozen=True)
 class DataRange:
-    """One range to ingest. `end` None: decided when the range runs (max id, Kafka).
+    """One range to ingest. `end` None: decided when the range runs (max id, Kafka) and
+    recorded in job_log before a row is read; a range that has run keeps that end.
 
     `max_size` caps a range whose end is decided when it runs: at most that many offsets
     of each Kafka partition (None: up to the high watermark). `backlog` is information
@@ -140,11 +147,23 @@ def committed_pointer(
     return pointer
 
 
+def recorded_end(row: LoggedRange | None) -> str | None:
+    """The end a range that has run keeps: the one its job_log row records, unless it
+    records none (a range that failed before its end was decided) or end = start (a range
+    that holds nothing: an empty id range, a window ingested while still open), which is
+    run again as the open head is."""
+    if row is None or row.data_range_end is None or row.data_range_end == row.data_range_start:
+        return None
+    return row.data_range_end
+
+
 def _pending(
     candidates: Iterable[DataRange], history: Iterable[LoggedRange], limit: int | None = None
 ) -> list[DataRange]:
-    """Candidates not yet successful, each marked with the status of its existing row;
-    the first `limit` of them (candidates may be generated lazily, a long catch-up)."""
+    """Candidates not yet successful, each marked with the status of its existing row
+    and, where the candidate's end is left to the run (Kafka), given the end its row
+    recorded; the first `limit` of them (candidates may be generated lazily, a long
+    catch-up)."""
     by_start = {r.data_range_start: r for r in history}
     pending: list[DataRange] = []
     for candidate in candidates:
@@ -157,6 +176,8 @@ def _pending(
             # end = start holds nothing (an empty id range, a window ingested while still
             # open): run it again.
             candidate = replace(candidate, refresh=True)
+        if candidate.end is None:
+            candidate = replace(candidate, end=recorded_end(row))
         pending.append(replace(candidate, previous_status=row.status if row is not None else None))
     return pending
 
@@ -274,7 +295,9 @@ class AutoIncrementIdPlanner:
     None: all) bounds how many of them one plan lists. A range ingested ahead of the
     pointer (a refresh) is skipped whole; the backlog continues at its end. Ranges of an
     older size (or unbounded ones) in job_log plan on as they are: the pointer is their
-    end, and a failed one is retried from its start with the current bound.
+    end, and a failed (or abandoned) one is retried with the end it recorded; one that
+    recorded none (it failed before its end was decided) from its start with the current
+    bound.
     """
 
     default_start: int = 0
@@ -297,14 +320,16 @@ class AutoIncrementIdPlanner:
         return _pending(self._ranges(pointer, max_id, history), history, self.max_ranges_per_plan)
 
     def _ranges(self, start: int, max_id: int, history: Sequence[LoggedRange]) -> Iterable[DataRange]:
-        ahead = {int(r.data_range_start): int(r.data_range_end) for r in history
-                 if r.status == SUCCESS and r.data_range_end is not None
-                 and int(r.data_range_end) > int(r.data_range_start)}
+        run = {int(r.data_range_start): r for r in history
+               if recorded_end(r) is not None and int(r.data_range_end) > int(r.data_range_start)}
         while start < max_id:
-            if start in ahead:  # ingested ahead of the pointer: continue at its end
-                start = ahead[start]
+            row = run.get(start)
+            if row is not None and row.status == SUCCESS:  # ingested ahead of the pointer
+                start = int(row.data_range_end)
                 continue
             end = max_id if self.max_range_size is None else min(start + self.max_range_size, max_id)
+            if row is not None:  # a range that has run keeps its bounds
+                end = int(row.data_range_end)
             yield DataRange(self.kind, str(start), str(end),
                             backlog=Backlog(str(max_id), self._ranges_between(start, max_id)))
             start = end

@@ -44,6 +44,11 @@ class SourceBatch:
 
 
 class RangeSource(Protocol):
+    """Reads a range's rows. A source whose ranges may come without an end (ids, Kafka)
+    also has `range_end(data_range) -> str | None`, the end decided now, which the
+    ingestion records in job_log before it reads; without it the end is the one
+    `read_range` reaches."""
+
     source_type: str
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch: ...
@@ -140,6 +145,19 @@ class SqlTableSource:
         except SQLAlchemyError as exc:
             raise SourceError(f"{self._where}: {str(exc).splitlines()[0]}") from None
         return None if value is None else int(value)
+
+    def range_end(self, data_range: DataRange) -> str | None:
+        """The end of `data_range`, decided now when it has none: an id range's is the
+        table's largest id now (the range start when the table holds nothing beyond it).
+        The ingestion records it in job_log before a row is read, so that every later run
+        of the range reads exactly to it."""
+        if data_range.end is not None or self.id_column is None:
+            return data_range.end
+        try:
+            start = int(data_range.start)
+        except ValueError:
+            raise SourceError(f"{self._where}: id range start {data_range.start!r} is not integer") from None
+        return str(max(self.max_id() or start, start))
 
     def _time_bound(self, column: sa.Column, text: str) -> Any:
         moment = parse_time(text)

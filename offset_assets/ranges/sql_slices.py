@@ -30,12 +30,14 @@ works where the executors share the driver's file system.
 from __future__ import annotations
 
 import math
+import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from itertools import pairwise
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
@@ -43,7 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_assets.control_plane.database import mask_url
+from offset_assets.control_plane.database import mask_url, sqlalchemy_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.slice_tasks import slice_tasks
 
@@ -60,19 +62,39 @@ _engines_lock = threading.Lock()
 
 
 def source_engine(url: str) -> sa.Engine:
-    """One engine per source URL and process (the driver's, or an executor's Python worker)."""
+    """One engine per source URL and process (the driver's, or an executor's Python worker).
+
+    A SQLite file is opened read-only and without a pool (`sqlite_file_reader`): a read
+    never creates a missing file, and a long-lived process (the sensor daemon) reads the
+    file that is in place now, also one put there or replaced after its first read."""
     with _engines_lock:
         engine = _engines.get(url)
         if engine is None:
             try:
-                parsed = sa.engine.make_url(url)
-                if parsed.drivername in ("postgresql", "postgres"):
-                    parsed = parsed.set(drivername="postgresql+psycopg2")
-                engine = sa.create_engine(parsed, pool_pre_ping=True)
+                parsed = sqlalchemy_url(url)
+                path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+                if path and path != ":memory:" and not path.startswith("file:"):
+                    engine = sa.create_engine(parsed, creator=sqlite_file_reader(path),
+                                              poolclass=sa.pool.NullPool)
+                else:
+                    engine = sa.create_engine(parsed, pool_pre_ping=True)
             except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
                 raise SourceError(f"bad source URL {mask_url(url)!r}: {exc}") from None
             _engines[url] = engine
         return engine
+
+
+def sqlite_file_reader(path: str) -> Callable[[], sqlite3.Connection]:
+    """Connections to the SQLite file at `path`, read-only (`mode=ro`): a missing file is a
+    `SourceError` naming it, where a plain connection would create it empty."""
+
+    def connect() -> sqlite3.Connection:
+        file = Path(path).absolute()
+        if not file.is_file():
+            raise SourceError(f"SQLite source file {file} does not exist")
+        return sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True, check_same_thread=False)
+
+    return connect
 
 
 def range_condition(column: sa.ColumnElement, kind: RangeKind, lower: Any, upper: Any) -> sa.ColumnElement:

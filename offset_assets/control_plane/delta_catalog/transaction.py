@@ -30,6 +30,7 @@ from offset_assets.control_plane.delta_catalog.records import (
     DeltaInfo,
     HotCommit,
     OnCommit,
+    delta_info,
 )
 from offset_assets.control_plane.schema import commit_clock, table_delta
 
@@ -174,6 +175,27 @@ class DeltaTransactions(DeltaQueries):
         if status == COMMITTED:
             raise DeltaNotHotError(f"table {table_name!r}: delta {delta_num} is committed and cannot be rolled back")
         return False
+
+    def discard_hot(self, table_name: str, holder: str, run_id: str,
+                    conn: Connection | None = None) -> DeltaInfo | None:
+        """Discard the hot delta of `table_name` if `holder` opened it under `run_id` (a
+        run that died holding it), freeing its number; the delta discarded, else None.
+        With `conn` it joins the caller's transaction; either way its files are the
+        caller's to delete once that transaction has committed."""
+        with self.plane.within(conn) as tx:
+            row = tx.execute(
+                sa.select(table_delta).where(
+                    table_delta.c.table_name == table_name, table_delta.c.status == HOT,
+                    table_delta.c.holder == holder, table_delta.c.run_id == run_id,
+                )
+            ).first()
+            if row is None:
+                return None
+            tx.execute(table_delta.delete().where(
+                table_delta.c.table_name == table_name, table_delta.c.delta_num == row.delta_num,
+                table_delta.c.status == HOT, table_delta.c.data_path == row.data_path,
+            ))
+        return delta_info(row)
 
     def record_actual_rows(self, table_name: str, delta_num: int, rows: int) -> bool:
         """Record `rows`, the table's actual rows as of committed delta `delta_num` (counted

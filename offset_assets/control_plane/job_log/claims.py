@@ -176,6 +176,20 @@ class RangeClaims(JobListing):
             )
         return result.rowcount == 1
 
+    def record_end(self, job_id: int, data_range_end: str, *, run_id: str) -> None:
+        """Record the end of a range whose end was decided after its claim, while `run_id`
+        holds it (`ClaimLostError` otherwise): from then on the range is that slice."""
+        with self.plane.begin() as conn:
+            result = conn.execute(
+                update(job_log).where(*_still_running(job_id, run_id)).values(
+                    data_range_end=data_range_end, last_update_time=self._clock())
+            )
+        if result.rowcount != 1:
+            raise ClaimLostError(
+                f"job_id {job_id} is no longer RUNNING under run {run_id!r}: another run took the "
+                "range over; nothing of this run is committed"
+            )
+
     def mark_success(
         self,
         job_id: int,

@@ -1,0 +1,104 @@
+"""What the incremental assets downstream of an idle asset, selected in the same run,
+have to do: the reason an idle step still yields its output.
+
+Dagster skips a step when an output it depends on was not yielded ("skipped
+dependencies"), and asset dependencies are step dependencies: Dagster has no dependency
+that orders two steps without propagating the skip. So an incremental asset with
+nothing to do, which normally ends with an observation and stops the cascade, would
+also skip a downstream asset of the same run that has work of its own: a reprocess or
+rescan request made from the shell, failed keys waiting, a key list in the run config,
+commits it has not read yet (an earlier run stopped before it). Before it ends, the
+idle step asks, from the control plane only, whether any incremental asset downstream
+of it in the run's selection (directly, or through other selected assets) has such work;
+if one has, it yields its output, so Dagster runs that asset, and says why in its
+metadata (`downstream_work`). Without such work the idle step stays an observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.control_plane.failures import FailedDeltas
+from offset_assets.control_plane.offsets import OffsetRepository
+from offset_assets.control_plane.reprocess import ReprocessRequests
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_incremental
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
+from offset_assets.dagster_adapter.run_report import iso_utc
+from offset_assets.engine.pending import idle_result
+
+
+def downstream_work(context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
+                    asset: IncrementalAsset) -> dict[dg.AssetKey, list[str]]:
+    """Per output of `asset`: `<downstream asset>: <its work>` for every incremental asset
+    downstream of that output, selected in this run, that has work of its own (outputs
+    without any are left out)."""
+    layer = context.job_def.asset_layer
+    graph, selected = layer.asset_graph, set(layer.selected_asset_keys)
+    run_config_ops = (context.run.run_config or {}).get("ops", {})
+    found: dict[dg.AssetKey, list[str]] = {}
+    checked: dict[str, str | None] = {}  # transformation id -> its work (one question each)
+    for out in asset.outputs:
+        waiting = []
+        for key in _selected_descendants(graph, out.asset_key, selected):
+            downstream = resolve_incremental(graph.get(key).assets_def, key)
+            if downstream is None or downstream.transformation_id == asset.transformation_id:
+                continue
+            tid = downstream.transformation_id
+            if tid not in checked:
+                op_config = run_config_ops.get(graph.get(key).assets_def.node_def.name, {}).get("config", {})
+                checked[tid] = own_work(context, resource, downstream, op_config)
+            if checked[tid] is not None:
+                waiting.append(f"{key.to_user_string()}: {checked[tid]}")
+        if waiting:
+            found[out.asset_key] = sorted(set(waiting))
+    return found
+
+
+def own_work(context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
+             asset: IncrementalAsset, op_config: Mapping[str, object]) -> str | None:
+    """What `asset`'s own step in this run would do, in a few words, or None when it
+    would be idle: the same decision as its invocation (`IncrementalInvocation.start`),
+    from the asset's run config, then the control plane. (A run tagged to reset resets
+    every incremental asset it runs: none of them is idle.)"""
+    changelist = op_config.get("changelist")
+    if changelist is not None:
+        return f"a changelist of {len(changelist)} key(s)"
+    if (op_config.get("change_detection") or asset.spec.change_detection) == "v1":
+        return "v1 change detection (compares every row)"
+    plane = resource.control_plane()
+    tid = asset.transformation_id
+    if idle_result(plane, tid, asset.input_tables, asset.output_tables, context.run.run_id,
+                   asset.spec.commit_mode) is not None:
+        return None
+    request = ReprocessRequests(plane).pending_request(tid)
+    if request is not None:
+        return f"reprocess request of {iso_utc(request.requested_at, 'seconds')}"
+    if FailedDeltas(plane).listed(tid):
+        return "failed keys to retry"
+    catalog = DeltaCatalog(plane)
+    if any(catalog.table_spec(name) is None for name in asset.output_tables):
+        return "its first run"
+    offsets = OffsetRepository(plane).get_offsets_for_transformation(tid)
+    reset = [name for name in asset.input_tables if name not in offsets]
+    if reset:
+        return f"offsets reset, re-reads {', '.join(reset)}"
+    return "input commits beyond its offsets"
+
+
+def _selected_descendants(graph: Any, key: dg.AssetKey,
+                          selected: set[dg.AssetKey]) -> Sequence[dg.AssetKey]:
+    """The selected assets downstream of `key` through selected assets only: the steps
+    of this run that a skipped `key` would skip. (`graph`: the job's asset graph, a
+    class Dagster does not export.)"""
+    found: list[dg.AssetKey] = []
+    frontier = [key]
+    while frontier:
+        for child in sorted(graph.get(frontier.pop()).child_keys):
+            if child in selected and child not in found:
+                found.append(child)
+                frontier.append(child)
+    return found

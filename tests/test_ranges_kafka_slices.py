@@ -1,0 +1,43 @@
+"""Where a Kafka slice's read ends, against a real Kafka-protocol broker (no Spark: one
+slice read as an executor's task reads it, `kafka_slices.read_slice`).
+
+A slice that has read the message at its last offset ends there, without waiting for the
+end-of-partition signal: that signal needs one more fetch, and a broker gone at that
+moment failed the whole range. The first test's consumers postpone every fetch after the
+first for a minute (`fetch.queue.backoff.ms` once a message is queued): a read that
+waited for the signal would time out, as it did when the broker went away."""
+
+from __future__ import annotations
+
+from offset_assets.ranges.kafka_slices import OffsetSlice, read_slice
+
+# The first fetch is the only one within the tests' timeouts.
+ONE_FETCH = {"max.partition.fetch.bytes": 1, "queued.min.messages": 1, "fetch.queue.backoff.ms": 60_000}
+
+
+def read(broker, topic, start, stop, **settings) -> list[tuple[int, str]]:
+    config = {"bootstrap.servers": broker.bootstrap_servers, "group.id": "slices", **settings}
+    return [(row[2], row[5]) for row in read_slice(config, OffsetSlice(topic, 0, start, stop), 2.0)]
+
+
+def test_a_slice_ending_at_a_committed_message_ends_with_it_without_waiting_for_the_partition_end(
+        kafka_broker):
+    topic = kafka_broker.new_topic("last")
+    kafka_broker.produce(topic, ["a", "b", "c"])
+    assert read(kafka_broker, topic, 0, 3, **ONE_FETCH) == [(0, "a"), (1, "b"), (2, "c")]
+    kafka_broker.transaction(topic, ["d"])  # 3, commit marker 4
+    assert read(kafka_broker, topic, 3, 4, **ONE_FETCH) == [(3, "d")]  # the marker is past the stop
+
+
+def test_a_slice_whose_last_offsets_are_markers_or_aborted_messages_ends_where_they_end(
+        kafka_broker):
+    """Offsets the consumer never delivers: the end of the partition, or the first message
+    at or past the stop, tells the slice is whole."""
+    topic = kafka_broker.new_topic("markers")
+    kafka_broker.transaction(topic, ["a", "b"])               # 0, 1, commit marker 2
+    kafka_broker.transaction(topic, ["x"], commit=False)      # 3, abort marker 4
+    assert read(kafka_broker, topic, 0, 3) == [(0, "a"), (1, "b")]
+    assert read(kafka_broker, topic, 0, 5) == [(0, "a"), (1, "b")]
+    assert read(kafka_broker, topic, 2, 5) == []
+    kafka_broker.produce(topic, ["c"])                        # 5: a slice that stops before it
+    assert read(kafka_broker, topic, 0, 5) == [(0, "a"), (1, "b")]
