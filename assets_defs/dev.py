@@ -13,6 +13,12 @@ Before the UI starts, the fresh server gets a throwaway run of the engine on a f
 launched from the UI then finds Spark's classes loaded and its code compiled
 (`DEV_WARMUP=0` skips it).
 
+While the UI runs, every versioned table of the project is a global temp view on the
+server (`global_temp.posts`, ...), registered again after each commit or compaction
+(`offset_assets/reading/views.py`), so any Spark Connect client can query the outputs:
+`pyspark --remote sc://127.0.0.1:15002`, then `spark.sql("SELECT * FROM
+global_temp.enriched_posts")` (docs/reading.md).
+
 `make dev DEV_SPARK=local` keeps Spark in each run's process (what `make demo` and the
 tests use). `OFFSET_ASSETS_SPARK_REMOTE` or `OFFSET_ASSETS_SPARK_MASTER` already set
 (a cluster) are used as they are: no local server is started.
@@ -25,18 +31,25 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pyspark
+from pyspark.sql import SparkSession
 
 from assets_defs.warmup import warm_up
 from offset_assets.class_archive import with_class_archive
-from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, state_dir
+from offset_assets.config import ENV_SPARK_MASTER, ENV_SPARK_REMOTE, default_db_url, state_dir
+from offset_assets.control_plane.database import ControlPlaneNotFoundError, connect
+from offset_assets.reading.tables import VersionedTables
+from offset_assets.reading.views import GlobalViews
 from offset_assets.spark import RUN_COST_CONF, SHORT_JVM_OPTIONS
 
 CONNECT_PORT = int(os.environ.get("OFFSET_ASSETS_DEV_CONNECT_PORT", "15002"))
 START_TIMEOUT_S = 180.0
+# How often the global views ask the control plane whether a commit or compaction changed it.
+VIEWS_INTERVAL_S = 2.0
 # The serial collector and the client compiler only (`SHORT_JVM_OPTIONS`): on demo-sized
 # data the optimizing compiler's threads cost more than its code saves, and the client
 # compiler's code is ready after a few runs (`bench.dagster_runs --spark connect`, the UI's
@@ -141,6 +154,23 @@ def _warm(server: subprocess.Popen, remote: str) -> None:
         raise
 
 
+def serve_global_views(remote: str, stop: threading.Event, interval_s: float = VIEWS_INTERVAL_S) -> None:
+    """Every versioned table of the project's control plane as a global temp view on the
+    server at `remote`, kept current until `stop` is set; before the first run has created
+    the control plane, it waits for one."""
+    spark = SparkSession.builder.remote(remote).create()
+    try:
+        while not stop.is_set():
+            try:
+                plane = connect(default_db_url(), create=False)
+            except ControlPlaneNotFoundError:
+                stop.wait(interval_s)
+                continue
+            GlobalViews(VersionedTables(spark, plane)).serve(stop, interval_s)
+    finally:
+        spark.stop()
+
+
 def main() -> int:
     dagster = [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml",
                "-h", "127.0.0.1", "-p", os.environ.get("DEV_PORT", "3000")]
@@ -157,6 +187,11 @@ def main() -> int:
         print(f"Spark Connect server up: runs attach to {env[ENV_SPARK_REMOTE]}", flush=True)
         if os.environ.get("DEV_WARMUP", "1") != "0":
             _warm(server, env[ENV_SPARK_REMOTE])
+    views_stop = threading.Event()
+    if server is not None:
+        threading.Thread(target=serve_global_views, args=(env[ENV_SPARK_REMOTE], views_stop), daemon=True,
+                         name="global-views").start()
+        print("every versioned table is a global temp view there (global_temp.<table>)", flush=True)
     ui = subprocess.Popen(dagster, env=env, start_new_session=True)
     try:
         return ui.wait()
@@ -168,6 +203,7 @@ def main() -> int:
             stop(ui)
             return 1
     finally:
+        views_stop.set()
         stop(ui)
         if server is not None:
             stop(server)

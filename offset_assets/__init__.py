@@ -22,6 +22,10 @@ _EXPORTS = {
     "VersionedTable": "offset_assets.versioned.table",
     "commit_deltas": "offset_assets.versioned.commit",
     "local_frame": "offset_assets.local_frames",
+    # reading (on top of layer 2): tables by name, SQL with system-time clauses, no-JVM reads
+    "VersionedTables": "offset_assets.reading.tables",
+    "read_arrow": "offset_assets.reading.arrow",
+    "read_pandas": "offset_assets.reading.arrow",
     # layer 3
     "Transformation": "offset_assets.engine.transformation",
     "TransformInput": "offset_assets.engine.transformation",

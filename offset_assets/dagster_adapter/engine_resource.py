@@ -9,6 +9,10 @@ it as a parameter, the way dagster-dbt's assets take a `DbtCliResource`:
     def my_asset(incremental_engine: IncrementalEngineResource) -> None:
         engine = incremental_engine.engine()
 
+It also reads any versioned table by name, the way a plain downstream asset or a script
+holding the project's `Definitions` does (`read_table`, `sql`, `tables`), the key and
+schema coming from the delta catalog.
+
 The `OffsetIOManager` is built on the same resource, so an asset body and the IO
 manager serving its table to downstream assets can never disagree on where tables live.
 """
@@ -16,12 +20,13 @@ manager serving its table to downstream assets can never disagree on where table
 # No `from __future__ import annotations`: Dagster builds the resource's config schema
 # from its field annotations, which must be real types, not strings.
 
+import datetime
 import json
 from collections.abc import Collection
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.database import ControlPlane
@@ -34,6 +39,7 @@ from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_pla
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
+from offset_assets.reading.tables import VersionedTables
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
@@ -97,6 +103,28 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         return IncrementalEngine(self.spark_session, self.control_plane(),
                                  lease_ttl_s=self.lease_ttl_s, pushdown_limit=self.pushdown_limit,
                                  small_run_rows_limit=self.small_run_rows_limit)
+
+    def tables(self) -> VersionedTables:
+        """Every versioned table of this resource's control plane, read by name with this
+        resource's Spark session: `read`, `changes`, `sql` (Prostore's system-time clauses),
+        `register_views`."""
+        return VersionedTables(self.spark_session, self.control_plane(), warehouse=self.warehouse)
+
+    def read_table(self, table: str | dg.AssetKey, as_of_delta: int | None = None,
+                   as_of: str | datetime.datetime | float | None = None) -> DataFrame:
+        """The actual state of a versioned table (by name, or the asset whose table it
+        is): as of committed delta `as_of_delta`, or as a reader saw it at `as_of` (ISO
+        8601 text, in the session's time zone unless it names an offset; a datetime; epoch
+        seconds), else as of its last committed delta. Columns: the table's, then sys_from, sys_to, sys_op,
+        update_ts."""
+        name = table_name_for(table) if isinstance(table, dg.AssetKey) else table
+        return self.tables().read(name, as_of_delta=as_of_delta, as_of=as_of)
+
+    def sql(self, query: str) -> DataFrame:
+        """Spark SQL over the versioned tables, each name its actual state, history by
+        Prostore's clauses (`FOR SYSTEM_TIME AS OF DELTA_NUM n`, `AS OF '<timestamp>'`,
+        `STARTED IN (d1, d2)`, `FINISHED IN (d1, d2)`); one catalog state per query."""
+        return self.tables().sql(query)
 
     def table(self, asset_key: dg.AssetKey) -> VersionedTable:
         """The versioned table of an asset, as registered in the delta catalog."""

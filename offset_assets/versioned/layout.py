@@ -131,6 +131,24 @@ class WarehouseFiles:
         fs.rm(path, recursive=True)
         return True
 
+    def file_system(self, path: str) -> fsspec.AbstractFileSystem:
+        """The fsspec file system of `path`'s scheme (for a reader that opens files itself)."""
+        return self._fs(path)
+
+    def data_files(self, path: str) -> list[tuple[str, int]]:
+        """(path, size in bytes) of the data files at any depth under folder `path`, as
+        Spark's listing finds them: a name starting with `_` or `.` below `path` (a
+        writer's own bookkeeping, `_SUCCESS`, checksums) hides the file or folder. Paths
+        are the file system's own (`file_system(path)` opens them); none when `path`
+        does not exist."""
+        folder = path.rstrip("/").rsplit("/", 1)[-1]
+        files = []
+        for name, info in sorted(self._fs(path).find(path, detail=True).items()):
+            below = name.split(f"/{folder}/", 1)[-1]
+            if info["type"] == "file" and not any(part.startswith(("_", ".")) for part in below.split("/")):
+                files.append((name, int(info["size"])))
+        return files
+
     def list_folders(self, path: str) -> list[FolderStatus]:
         """Sub-folders of `path` (none when `path` does not exist), named in the URI form
         of `path` so that they can be passed back to `delete`."""

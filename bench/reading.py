@@ -1,0 +1,165 @@
+"""Reading a versioned table's actual state, against reading the same rows as plain Parquet.
+
+Builds a table of `--rows` new keys over `--deltas` deltas through the real write path
+(each delta inserts new keys, updates and deletes existing ones: `bench.versioned_reads`'
+generator), writes its actual state once more as one plain Parquet folder (the baseline:
+the same rows, no versions, no catalog), then measures, before and after `compact()`:
+- through SQL: `VersionedTables.sql("SELECT * FROM orders")` (the catalog pinned, the read
+  planned, every row materialised by Spark's no-op sink), against
+  `spark.read.parquet(plain)` materialised the same way;
+- without a JVM: `read_arrow` in a child process with no Spark (its time, the Arrow
+  pool's peak bytes and the process's peak RSS), against `pyarrow.parquet.read_table`
+  of the plain folder in another such child.
+
+The machine is shared: run one size at a time (`--rows 10000000` with `--driver-memory
+4g` for the large one). Prints a table and writes `bench/out/reading.json` (`--out`).
+
+    .venv/bin/python -m bench.reading                     # 1M rows, 20 deltas
+    .venv/bin/python -m bench.reading --rows 10000000 --driver-memory 4g --out bench/out/reading_10m.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+OUT = Path(__file__).parent / "out" / "reading.json"
+
+
+def timed(action: Callable[[], object], repeat: int) -> dict:
+    seconds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        seconds.append(time.perf_counter() - start)
+    return {"median_s": round(statistics.median(seconds), 3), "min_s": round(min(seconds), 3)}
+
+
+def child(kind: str, db_url: str, target: str, repeat: int) -> None:
+    """One process without a JVM reading the table (`kind` versioned) or the plain folder
+    (`plain`) `repeat` times: print its times, rows and peak memory as JSON."""
+    import resource
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from offset_assets.reading.arrow import ArrowRead, read_arrow
+
+    def read() -> pa.Table:
+        if kind == "plain":
+            return pq.read_table(target)
+        return read_arrow(db_url, target, max_bytes=None)
+
+    rows = read().num_rows
+    told = timed(read, repeat)
+    told.update(rows=rows, arrow_peak_bytes=pa.default_memory_pool().max_memory(),
+                max_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    if kind == "versioned":
+        told["bytes_on_disk"] = ArrowRead.plan(db_url, target, max_bytes=None).bytes_on_disk
+    print(json.dumps(told))
+
+
+def without_jvm(kind: str, db_url: str, target: str, repeat: int) -> dict:
+    process = subprocess.run([sys.executable, "-m", "bench.reading", "--child", kind, db_url, target, str(repeat)],
+                             capture_output=True, text=True, check=False)
+    if process.returncode != 0:
+        raise SystemExit(f"the {kind} read without a JVM failed:\n{process.stderr[-3000:]}")
+    return json.loads(process.stdout.strip().splitlines()[-1])
+
+
+def measure(spark, tables, db_url: str, plain: str, repeat: int) -> dict:
+    """The four reads of the table's actual state and of the plain folder."""
+    def materialise(frame) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+    materialise(tables.sql("SELECT * FROM orders"))  # warm: the first read of a plan shape compiles its code
+    materialise(spark.read.parquet(plain))
+    sql = timed(lambda: materialise(tables.sql("SELECT * FROM orders")), repeat)
+    sql_plain = timed(lambda: materialise(spark.read.parquet(plain)), repeat)
+    arrow = without_jvm("versioned", db_url, "orders", repeat)
+    arrow_plain = without_jvm("plain", db_url, plain, repeat)
+    return {
+        "sql": sql, "spark_plain_parquet": sql_plain,
+        "sql_ratio": round(sql["median_s"] / sql_plain["median_s"], 2),
+        "arrow": arrow, "arrow_plain_parquet": arrow_plain,
+        "arrow_ratio": round(arrow["median_s"] / arrow_plain["median_s"], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="new keys over all deltas")
+    parser.add_argument("--deltas", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="3g")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--child", nargs=4, metavar=("KIND", "DB_URL", "TARGET", "REPEAT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, db_url, target, repeat = args.child
+        child(kind, db_url, target, int(repeat))
+        return
+
+    from bench.versioned_reads import SCHEMA, delta_rows
+    from offset_assets.control_plane import connect
+    from offset_assets.reading.tables import VersionedTables
+    from offset_assets.spark import get_spark_session
+    from offset_assets.versioned import VersionedTable
+    from offset_assets.versioned.compaction import compact
+
+    spark = get_spark_session(master=args.master, app_name="bench-reading", conf={
+        "spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": args.driver_memory})
+    spark.sparkContext.setLogLevel("ERROR")
+    inserts = args.rows // args.deltas
+    updates, deletes = max(1, inserts // 5), max(1, inserts // 100)
+    with tempfile.TemporaryDirectory(prefix="bench-reading-") as root:
+        db_url = f"sqlite:///{root}/control_plane.db"
+        table = VersionedTable(spark, connect(db_url), "orders", ["order_id"], SCHEMA, warehouse=f"{root}/warehouse")
+        started = time.perf_counter()
+        for delta in range(1, args.deltas + 1):
+            table.write_delta(delta_rows(spark, delta, inserts, updates, deletes))
+        write_s = time.perf_counter() - started
+        plain = f"{root}/plain"
+        table.read_actual().select(*SCHEMA.fieldNames()).write.parquet(plain)
+        tables = VersionedTables(spark, db_url)
+        before = measure(spark, tables, db_url, plain, args.repeat)
+        compact(table)
+        after = measure(spark, tables, db_url, plain, args.repeat)
+        rows = before["arrow"]["rows"]
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent.parent,
+                            capture_output=True, text=True).stdout.strip() or None
+    report = {
+        "benchmark": "reading", "commit": commit, "master": args.master, "driver_memory": args.driver_memory,
+        "deltas": args.deltas,
+        "per_delta": {"inserts": inserts, "updates": updates, "deletes": deletes}, "actual_rows": rows,
+        "write_s": round(write_s, 1), "before_compaction": before, "after_compaction": after,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"\n{rows:,} actual rows over {args.deltas} deltas (written in {write_s:.0f} s), median of {args.repeat}")
+    print(f"{'read':44} {'before (s)':>11} {'after (s)':>10}")
+    for name, key in (("SQL (VersionedTables.sql)", "sql"), ("Spark, plain Parquet", "spark_plain_parquet"),
+                      ("without a JVM (read_arrow)", "arrow"), ("pyarrow, plain Parquet", "arrow_plain_parquet")):
+        print(f"{name:44} {before[key]['median_s']:>11.2f} {after[key]['median_s']:>10.2f}")
+    for name, key in (("ratio SQL / plain", "sql_ratio"), ("ratio without a JVM / plain", "arrow_ratio")):
+        print(f"{name:44} {before[key]:>11.2f} {after[key]:>10.2f}")
+    for label, part in (("before", before), ("after", after)):
+        arrow = part["arrow"]
+        print(f"without a JVM, {label} compaction: {arrow['bytes_on_disk']:,} bytes on disk, Arrow peak "
+              f"{arrow['arrow_peak_bytes']:,} bytes, peak RSS {arrow['max_rss_bytes']:,} bytes")
+    print(f"report: {args.out}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

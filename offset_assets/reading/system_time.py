@@ -1,0 +1,390 @@
+"""Prostore's system-time clauses in Spark SQL: found, checked and rewritten onto reads.
+
+    SELECT ... FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 3 AS p JOIN profiles ...
+    ... FROM posts FOR SYSTEM_TIME AS OF '2026-11-28 12:00:00'
+    ... FROM posts FOR SYSTEM_TIME STARTED IN (2, 4)    -- versions deltas 2..4 created
+    ... FROM posts FOR SYSTEM_TIME FINISHED IN (2, 4)   -- keys deltas 2..4 deleted
+
+The query is split into tokens by Spark's lexical rules (string literals in single or
+double quotes with backslash escapes, raw `R'...'` literals, back-quoted identifiers,
+`--` and nested `/* */` comments), so a clause inside a literal or a comment is text, not
+a clause. Only the clause and the table name before it are read here; everything else
+is Spark SQL and is left to Spark's own parser, which also resolves every name:
+
+- each `name FOR SYSTEM_TIME ...` becomes a placeholder (`{_oa_0}`) that
+  `spark.sql(text, **frames)` fills with the read's DataFrame, aliased by the table's
+  name unless the query gives an alias (`AS p` or `p`), so `posts.col` still resolves;
+- in a query (SELECT, WITH, FROM, VALUES, TABLE or a parenthesised query), every
+  versioned table the text names without a clause is defined as a common table
+  expression around it (`WITH posts AS (SELECT * FROM {_oa_1}) (<the query>)`), so that
+  Spark's scoping decides what the name means (a CTE of the query's own shadows it) and
+  the whole query reads one catalog state.
+
+A hand-written tokenizer rather than a SQL library: sqlglot (the candidate, with a Spark
+dialect) does not know these clauses either, and to rewrite a query it regenerates the
+whole text from its own tree, which is not the identity on Spark SQL; the tokens Spark's
+lexer makes are few, and the clause grammar is four fixed forms.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from offset_assets.reading.errors import SystemTimeError
+
+EXPECTED = "AS OF DELTA_NUM <n>, AS OF '<timestamp>', STARTED IN (<d1>, <d2>) or FINISHED IN (<d1>, <d2>)"
+# Words that may follow a table reference without being its alias (Spark's grammar:
+# joins, set operations, the clauses after FROM, a FROM-first query's body).
+NOT_ALIAS = frozenset({
+    "ANTI", "CLUSTER", "CROSS", "DISTRIBUTE", "EXCEPT", "FOR", "FROM", "FULL", "GROUP", "HAVING",
+    "INNER", "INSERT", "INTERSECT", "JOIN", "LATERAL", "LEFT", "LIMIT", "MINUS", "NATURAL", "OFFSET",
+    "ON", "ORDER", "OUTER", "PIVOT", "QUALIFY", "RIGHT", "SELECT", "SEMI", "SORT", "TABLESAMPLE",
+    "UNION", "UNPIVOT", "USING", "WHERE", "WINDOW",
+})
+QUERY_STARTS = frozenset({"SELECT", "WITH", "FROM", "VALUES", "TABLE"})
+_WORD = re.compile(r"\w+")
+PLACEHOLDER_PREFIX = "_oa_"
+
+
+class TokenKind(StrEnum):
+    WORD = "word"  # keyword, identifier or number
+    QUOTED = "quoted"  # `back-quoted identifier`
+    STRING = "string"  # 'literal', "literal", R'raw literal'
+    SYMBOL = "symbol"  # any other character
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: TokenKind
+    text: str  # as written
+    value: str  # a quoted identifier's name, a string literal's content, else the text
+    start: int
+    end: int
+
+    def is_word(self, word: str) -> bool:
+        return self.kind is TokenKind.WORD and self.text.upper() == word
+
+    @property
+    def is_identifier(self) -> bool:
+        return self.kind in (TokenKind.WORD, TokenKind.QUOTED)
+
+
+class ClauseKind(StrEnum):
+    AS_OF_DELTA = "as of delta"
+    AS_OF_TIME = "as of time"
+    STARTED_IN = "started in"
+    FINISHED_IN = "finished in"
+
+
+@dataclass(frozen=True)
+class SystemTimeClause:
+    """One `FOR SYSTEM_TIME ...` of a query, on a versioned table."""
+
+    table: str  # the table's name as the catalog holds it
+    kind: ClauseKind
+    text: str  # the clause as written, for messages
+    where: str  # "line L, column C" of the clause in the query
+    delta: int | None = None  # AS OF DELTA_NUM
+    timestamp: str | None = None  # AS OF '<timestamp>': the literal's content
+    deltas: tuple[int, int] | None = None  # STARTED / FINISHED IN (d1, d2)
+
+    def error(self, problem: str) -> SystemTimeError:
+        """A `SystemTimeError` naming this clause, its table and its place in the query."""
+        return SystemTimeError(f"{self.text} on {self.table!r} ({self.where}): {problem}")
+
+
+@dataclass(frozen=True)
+class SystemTimeQuery:
+    """A query with its versioned reads taken out: `text` holds a placeholder for each
+    (`{_oa_0}`, literal braces doubled, as `spark.sql(text, **frames)` expects), and
+    `reads` says what each placeholder reads: a clause, or None for the table's actual
+    state. No reads: `text` is the query unchanged."""
+
+    text: str
+    reads: dict[str, tuple[str, SystemTimeClause | None]] = field(default_factory=dict)
+
+    @property
+    def tables(self) -> list[str]:
+        """The versioned tables the query reads, each once."""
+        return sorted({table for table, _ in self.reads.values()})
+
+
+def parse_system_time(sql: str, table_names: Collection[str]) -> SystemTimeQuery:
+    """`sql` with its system-time clauses and the versioned tables of `table_names` it
+    names taken out as placeholders; `SystemTimeError` for a malformed clause or one on a
+    name that is not in `table_names`."""
+    tokens = tokenize(sql)
+    by_lower = {name.lower(): name for name in table_names}
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in `sql`
+    reads: dict[str, tuple[str, SystemTimeClause | None]] = {}
+    in_clauses: set[int] = set()
+    i = 0
+    while i < len(tokens):
+        if not (tokens[i].is_word("FOR") and i + 1 < len(tokens) and tokens[i + 1].is_word("SYSTEM_TIME")):
+            i += 1
+            continue
+        first = _reference_start(sql, tokens, i)
+        written = ".".join(t.value for t in tokens[first:i] if t.is_identifier)
+        table = by_lower.get(written.lower())
+        if table is None:
+            known = ", ".join(sorted(table_names)[:30]) or "none"
+            raise SystemTimeError(
+                f"FOR SYSTEM_TIME on {written!r} ({_where(sql, tokens[first].start)}): not a versioned "
+                f"table of this control plane (versioned tables: {known}); Spark's own time travel of other "
+                "tables is VERSION AS OF / TIMESTAMP AS OF")
+        clause, end = _clause(sql, tokens, i, table)
+        placeholder = f"{PLACEHOLDER_PREFIX}{len(reads)}"
+        reads[placeholder] = (table, clause)
+        edits.append((tokens[first].start, tokens[end - 1].end, "{" + placeholder + "}"))
+        after_sample = _after_sample(tokens, end)
+        # `TABLE posts FOR SYSTEM_TIME ...` takes no alias (the statement names a relation).
+        follows_table = first > 0 and tokens[first - 1].is_word("TABLE")
+        if not follows_table and not _has_alias(tokens, after_sample):
+            at = tokens[after_sample - 1].end
+            edits.append((at, at, f" AS {quote_identifier(table)}"))
+        in_clauses.update(range(first, end))
+        i = end
+    plain = sorted({by_lower[t.value.lower()] for n, t in enumerate(tokens)
+                    if n not in in_clauses and t.is_identifier and t.value.lower() in by_lower})
+    wrap = bool(plain) and _is_query(tokens)
+    if not edits and not wrap:
+        return SystemTimeQuery(sql)
+    body = _apply(sql[:_body_end(tokens, len(sql)) if wrap else len(sql)], edits)
+    if not wrap:
+        return SystemTimeQuery(body, reads)
+    ctes = []
+    for table in plain:
+        placeholder = f"{PLACEHOLDER_PREFIX}{len(reads)}"
+        reads[placeholder] = (table, None)
+        ctes.append(f"{quote_identifier(table)} AS (SELECT * FROM {{{placeholder}}})")
+    # The query in parentheses: its own WITH, ORDER BY and LIMIT stay its own, and a line
+    # comment at its end cannot swallow the closing parenthesis.
+    return SystemTimeQuery(f"WITH {', '.join(ctes)}\n(\n{body}\n)", reads)
+
+
+def quote_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# -- tokens ------------------------------------------------------------------------------
+
+
+def tokenize(sql: str) -> list[Token]:
+    """Spark SQL's tokens, comments and white space left out."""
+    tokens: list[Token] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c.isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            newline = sql.find("\n", i)
+            i = n if newline < 0 else newline + 1
+        elif sql.startswith("/*", i):
+            i = _comment_end(sql, i)
+        elif c in "'\"":
+            end, value = _string(sql, i, raw=False)
+            tokens.append(Token(TokenKind.STRING, sql[i:end], value, i, end))
+            i = end
+        elif c == "`":
+            end = _quoted_end(sql, i)
+            tokens.append(Token(TokenKind.QUOTED, sql[i:end], sql[i + 1:end - 1].replace("``", "`"), i, end))
+            i = end
+        elif (word := _WORD.match(sql, i)) is not None:
+            if word.group() in ("r", "R") and word.end() < n and sql[word.end()] in "'\"":
+                end, value = _string(sql, word.end(), raw=True)
+                tokens.append(Token(TokenKind.STRING, sql[i:end], value, i, end))
+                i = end
+            else:
+                tokens.append(Token(TokenKind.WORD, word.group(), word.group(), i, word.end()))
+                i = word.end()
+        else:
+            tokens.append(Token(TokenKind.SYMBOL, c, c, i, i + 1))
+            i += 1
+    return tokens
+
+
+def _comment_end(sql: str, i: int) -> int:
+    """The end of the bracketed comment at `i` (they nest in Spark SQL); an unclosed one
+    runs to the end, and Spark's parser reports it."""
+    depth = 0
+    while i < len(sql):
+        if sql.startswith("/*", i):
+            depth, i = depth + 1, i + 2
+        elif sql.startswith("*/", i):
+            depth, i = depth - 1, i + 2
+            if depth == 0:
+                return i
+        else:
+            i += 1
+    return i
+
+
+def _string(sql: str, i: int, raw: bool) -> tuple[int, str]:
+    """(end, content) of the string literal whose quote is at `i`."""
+    quote, j, content = sql[i], i + 1, []
+    while j < len(sql):
+        c = sql[j]
+        if c == "\\" and not raw and j + 1 < len(sql):
+            content.append(sql[j + 1])
+            j += 2
+        elif c == quote:
+            return j + 1, "".join(content)
+        else:
+            content.append(c)
+            j += 1
+    return j, "".join(content)
+
+
+def _quoted_end(sql: str, i: int) -> int:
+    j = i + 1
+    while j < len(sql):
+        if sql[j] == "`":
+            if sql.startswith("``", j):
+                j += 2
+                continue
+            return j + 1
+        j += 1
+    return j
+
+
+# -- clauses -----------------------------------------------------------------------------
+
+
+def _where(sql: str, offset: int) -> str:
+    line = sql.count("\n", 0, offset) + 1
+    column = offset - (sql.rfind("\n", 0, offset) + 1) + 1
+    return f"line {line}, column {column}"
+
+
+def _reference_start(sql: str, tokens: list[Token], at: int) -> int:
+    """Index of the first token of the (possibly dotted) table name before FOR at `at`."""
+    first = at - 1
+    if first < 0 or not tokens[first].is_identifier:
+        raise SystemTimeError(f"FOR SYSTEM_TIME at {_where(sql, tokens[at].start)} must follow a table name")
+    while first >= 2 and tokens[first - 1].text == "." and tokens[first - 2].is_identifier:
+        first -= 2
+    return first
+
+
+def _clause(sql: str, tokens: list[Token], at: int, table: str) -> tuple[SystemTimeClause, int]:
+    """The clause whose FOR is at `at`, and the index of the token after it."""
+
+    def token(k: int) -> Token | None:
+        return tokens[k] if k < len(tokens) else None
+
+    def fail(k: int, expected: str) -> SystemTimeError:
+        found = token(k)
+        where = _where(sql, found.start if found else len(sql))
+        shown = repr(found.text) if found else "the end of the query"
+        return SystemTimeError(f"malformed FOR SYSTEM_TIME clause on {table!r} at {where}: "
+                               f"expected {expected}, found {shown}")
+
+    def word(k: int, expected: str, shown: str | None = None) -> None:
+        found = token(k)
+        if found is None or not found.is_word(expected):
+            raise fail(k, shown or expected)
+
+    def symbol(k: int, expected: str) -> None:
+        found = token(k)
+        if found is None or found.text != expected:
+            raise fail(k, repr(expected))
+
+    def number(k: int) -> int:
+        found = token(k)
+        if found is None or found.kind is not TokenKind.WORD or not found.text.isdigit():
+            raise fail(k, "a delta number")
+        return int(found.text)
+
+    def clause(end: int, kind: ClauseKind, **values: object) -> tuple[SystemTimeClause, int]:
+        text = " ".join(t.text for t in tokens[at:end]).replace("( ", "(").replace(" )", ")").replace(" ,", ",")
+        return SystemTimeClause(table, kind, text, _where(sql, tokens[at].start), **values), end
+
+    k = at + 2
+    first = token(k)
+    if first is not None and first.is_word("AS"):
+        word(k + 1, "OF")
+        target = token(k + 2)
+        if target is not None and target.is_word("DELTA_NUM"):
+            return clause(k + 4, ClauseKind.AS_OF_DELTA, delta=number(k + 3))
+        if target is not None and target.kind is TokenKind.STRING:
+            return clause(k + 3, ClauseKind.AS_OF_TIME, timestamp=target.value)
+        if target is not None and target.is_word("LATEST_UNCOMMITTED_DELTA"):
+            raise SystemTimeError(f"FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA on {table!r} "
+                                  f"({_where(sql, tokens[at].start)}): a hot delta is never readable; "
+                                  "only committed deltas are")
+        raise fail(k + 2, "DELTA_NUM <n> or '<timestamp>'")
+    for keyword, kind in (("STARTED", ClauseKind.STARTED_IN), ("FINISHED", ClauseKind.FINISHED_IN)):
+        if first is not None and first.is_word(keyword):
+            word(k + 1, "IN")
+            symbol(k + 2, "(")
+            d1 = number(k + 3)
+            symbol(k + 4, ",")
+            d2 = number(k + 5)
+            symbol(k + 6, ")")
+            return clause(k + 7, kind, deltas=(d1, d2))
+    raise fail(k, EXPECTED)
+
+
+def _after_sample(tokens: list[Token], at: int) -> int:
+    """The index after a TABLESAMPLE (...) [REPEATABLE (n)] at `at`, else `at`: a table's
+    alias follows its sample."""
+    if at >= len(tokens) or not tokens[at].is_word("TABLESAMPLE"):
+        return at
+    end = _group_end(tokens, at + 1)
+    if end < len(tokens) and tokens[end].is_word("REPEATABLE"):
+        end = _group_end(tokens, end + 1)
+    return end
+
+
+def _group_end(tokens: list[Token], at: int) -> int:
+    """The index after the parenthesised group that opens at `at` (or `at` if none)."""
+    if at >= len(tokens) or tokens[at].text != "(":
+        return at
+    depth = 0
+    for k in range(at, len(tokens)):
+        depth += {"(": 1, ")": -1}.get(tokens[k].text, 0) if tokens[k].kind is TokenKind.SYMBOL else 0
+        if depth == 0:
+            return k + 1
+    return len(tokens)
+
+
+def _has_alias(tokens: list[Token], at: int) -> bool:
+    if at >= len(tokens):
+        return False
+    following = tokens[at]
+    if following.kind is TokenKind.QUOTED or following.is_word("AS"):
+        return True
+    return following.kind is TokenKind.WORD and following.text.upper() not in NOT_ALIAS
+
+
+def _is_query(tokens: list[Token]) -> bool:
+    return bool(tokens) and (tokens[0].text == "(" or (tokens[0].kind is TokenKind.WORD
+                                                        and tokens[0].text.upper() in QUERY_STARTS))
+
+
+def _body_end(tokens: list[Token], length: int) -> int:
+    """Where the query ends before its trailing semicolons (one statement in parentheses)."""
+    end = len(tokens)
+    while end > 0 and tokens[end - 1].kind is TokenKind.SYMBOL and tokens[end - 1].text == ";":
+        end -= 1
+    if end == len(tokens):
+        return length
+    return tokens[end - 1].end if end else 0
+
+
+def _apply(sql: str, edits: list[tuple[int, int, str]]) -> str:
+    """`sql` with `edits` applied (in order, not overlapping) and every other brace doubled."""
+    pieces, cursor = [], 0
+    for start, end, replacement in sorted(edits, key=lambda e: (e[0], e[1])):
+        pieces += [_escaped(sql[cursor:start]), replacement]
+        cursor = end
+    pieces.append(_escaped(sql[cursor:]))
+    return "".join(pieces)
+
+
+def _escaped(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
