@@ -9,6 +9,10 @@ batch's keys down without another Spark job to collect them. An index larger tha
 from a range-partitioned sort (`changed_index.in_batch_order`) and read back by
 semi-joins, shuffled ones (`DistributedKeys.shuffled`) unless the batch size bounds a
 batch within the limit, so that no JVM holds the key set.
+
+A NULL transform key is a key: it is held as `None` (ordered before every other value,
+as Spark's ascending sort with nulls first orders it), looked up with `IS NULL` or a
+null-safe join, and given as `None` to a changelist.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from offset_assets.engine.transformation import Transformation
 from offset_assets.local_frames import collect_instants, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.caching import storage_level
+from offset_assets.versioned.key_joins import join_on_keys
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_DRIVER_LIMIT = 100_000
@@ -154,11 +159,14 @@ def local_from_rows(columns: Sequence[str], rows: IndexRows, batch_size: int | N
     The grouping, the order and each batch's oldest change per input are computed in
     Arrow, and only the ordered keys become Python values: a Python loop over the rows
     took 0.1 s of a run of 20,000 changed keys. Keys collected as tuples (dates,
-    decimals, a Spark Connect client) are ranked in Python first, so that Arrow orders
-    them as Python does."""
+    decimals, a Spark Connect client) or holding a NULL are ranked in Python first
+    (`key_order`), so that Arrow orders them as Python does and groups a NULL key as one
+    (Arrow's joins never match a null)."""
     import pyarrow as pa
 
     width = len(columns)
+    if isinstance(rows, pa.Table) and any(rows.column(i).null_count for i in range(width)):
+        rows = list(zip(*(rows.column(i).to_pylist() for i in range(rows.num_columns)), strict=True))
     if isinstance(rows, pa.Table):
         names = [f"__key{i}" for i in range(width)]
         index = rows.rename_columns([*names, _TS, _INPUT])
@@ -166,7 +174,7 @@ def local_from_rows(columns: Sequence[str], rows: IndexRows, batch_size: int | N
         def decode(keys: Any) -> list[Key]:
             return list(zip(*(_values(keys.column(name)) for name in names), strict=True))
     else:
-        distinct = sorted({tuple(row[:width]) for row in rows})
+        distinct = sorted({tuple(row[:width]) for row in rows}, key=key_order)
         rank = {key: i for i, key in enumerate(distinct)}
         names = ["__rank"]
         index = pa.table({
@@ -178,6 +186,11 @@ def local_from_rows(columns: Sequence[str], rows: IndexRows, batch_size: int | N
         def decode(keys: Any) -> list[Key]:
             return [distinct[i] for i in _values(keys.column(names[0]))]
     return _local_from_index(tuple(columns), index, names, decode, batch_size)
+
+
+def key_order(key: Key) -> tuple:
+    """A sort key of `key` in which a None comes before every value of its column."""
+    return tuple((value is not None, value) for value in key)
 
 
 def _values(column: Any) -> list:
@@ -223,7 +236,7 @@ def _local_from_index(columns: tuple[str, ...], index: Any, names: list[str],
 def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int | None,
                     typed: bool = False) -> LocalKeys:
     """Batches of given keys (`typed`: collected from Spark)."""
-    distinct = sorted(set(keys))
+    distinct = sorted(set(keys), key=key_order)
     size = batch_size or max(1, len(distinct))
     return LocalKeys(tuple(columns), [distinct[i:i + size] for i in range(0, len(distinct), size)], typed=typed)
 
@@ -246,8 +259,8 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
     min_ts: dict[int, dict[str, float]] = {}
     if with_min_ts and sizes:
         per_batch = (
-            rows.where(F.col(TS_COL).isNotNull())
-            .join(frame.select(*columns, BATCH_COL).hint("merge"), on=list(columns))
+            join_on_keys(rows.where(F.col(TS_COL).isNotNull()), frame.select(*columns, BATCH_COL).hint("merge"),
+                         columns)
             .groupBy(BATCH_COL, INPUT_COL)
             .agg(F.min(TS_COL).alias("min_ts"))
             .collect()
@@ -303,7 +316,8 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
 
 
 def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | DistributedKeys:
-    """The keys a changelist run is given, checked for the transform-key columns."""
+    """The keys a changelist run is given, checked for the transform-key columns (a None
+    value is the NULL key)."""
     columns = list(t.transform_keys)
     if isinstance(keys, DataFrame):
         missing = [k for k in columns if k not in keys.columns]
@@ -311,7 +325,7 @@ def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | 
             raise TransformationOutputError(
                 f"run_changelist of {t.transformation_id!r}: keys lack column(s) {missing}"
             )
-        frame = keys.select(*columns).where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns)).distinct()
+        frame = keys.select(*columns).distinct()
         types = {c: t.inputs_with_column(c)[0].table.schema[c].dataType for c in columns}
         collected = collect_instants(frame.limit(limit + 1), columns, timestamp_columns(types))
         if len(collected) > limit:
