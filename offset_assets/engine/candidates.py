@@ -28,7 +28,7 @@ from offset_assets.engine.index_bounds import actual_bound
 from offset_assets.engine.index_request import RunSnapshot
 from offset_assets.engine.loading import build_side, is_bounded, one_partition, read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
-from offset_assets.versioned.key_joins import join_on_keys
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.table import VersionedTable
@@ -103,7 +103,8 @@ def _versions_in(
     earliest = changes.groupBy(*pk).agg(F.min(TS_COL).alias(TS_COL))
     before = table.read_actual(as_of_delta=first - 1, keys=build_side(earliest.select(*pk), bound, limit))
     before = before.select(*pk, *[c for c in columns if c not in pk])
-    before = join_on_keys(before, build_side(earliest, bound, limit, inner=True), pk).select(*columns, TS_COL)
+    before = join_on_keys(before, build_side(earliest, bound, limit, inner=True), pk, "inner",
+                          nullable_columns(table.schema)).select(*columns, TS_COL)
     return Candidates(marked.unionByName(marks(before)))
 
 
@@ -202,7 +203,7 @@ def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapsho
     if broadcast_limit is not None:
         listed = meta.catalog.committed(meta.name) if meta_deltas is None else meta_deltas
         state = build_side(state, actual_bound(listed), broadcast_limit)
-    waiting = join_on_keys(known.distinct(), state, keys, "left").where(
+    waiting = join_on_keys(known.distinct(), state, keys, "left", transformation.nullable_keys).where(
         F.col("process_ts").isNull() | ~F.col("is_success") | (F.col("process_ts") < F.lit(requested_ts))
     )
     return waiting.select(

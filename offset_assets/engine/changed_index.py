@@ -163,7 +163,7 @@ def _compute_changed_index(
         rows = candidates.select(*keys, TS_COL, INPUT_COL)
         if known is not None:  # else no key was processed since the offsets: none to drop
             in_place = single and limit is not None and is_bounded(known_rows, limit)
-            rows = _unprocessed(candidates, known, keys, in_place, known_rows, limit)
+            rows = _unprocessed(candidates, known, keys, transformation.nullable_keys, in_place, known_rows, limit)
     if request.reprocess_ts is not None:
         waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts, limit,
                                  meta_deltas=request.meta_deltas)
@@ -173,14 +173,14 @@ def _compute_changed_index(
     return ChangedIndex(rows=rows, transform_keys=keys, most_rows=most_rows)
 
 
-def _unprocessed(candidates: DataFrame, known: DataFrame, keys: list[str], in_place: bool,
-                 known_rows: int | None, limit: int | None) -> DataFrame:
+def _unprocessed(candidates: DataFrame, known: DataFrame, keys: list[str], nullable: frozenset[str],
+                 in_place: bool, known_rows: int | None, limit: int | None) -> DataFrame:
     """The candidate rows whose key has no newer successful processing in `known` (a NULL
-    key finds its own meta: `key_joins.py`).
+    in a `nullable` key finds its own meta: `key_joins.py`).
     `in_place`: both sides are one partition, so a sort-merge join needs no exchange (a
     broadcast would be a Spark job of its own); else the join is planned by the bound."""
     known = known.hint("merge") if in_place else build_side(known, known_rows, limit)
-    joined = join_on_keys(candidates, known, keys, "left")
+    joined = join_on_keys(candidates, known, keys, "left", nullable)
     return joined.where(
         F.col("process_ts").isNull()
         | ~F.col("is_success")

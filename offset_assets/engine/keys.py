@@ -242,9 +242,11 @@ def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int
 
 
 def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: int | None,
-                          with_min_ts: bool, broadcast_limit: int | None = None) -> DistributedKeys:
+                          with_min_ts: bool, broadcast_limit: int | None = None,
+                          nullable: frozenset[str] = frozenset()) -> DistributedKeys:
     """Batches of a large index, numbered in Spark (persisted: every batch reads it).
-    Joins with a batch may broadcast it only when `batch_size` is within `broadcast_limit`."""
+    Joins with a batch may broadcast it only when `batch_size` is within `broadcast_limit`;
+    `nullable`: the key columns that can hold NULL (`Transformation.nullable_keys`)."""
     keys = rows.groupBy(*columns).agg(F.min(TS_COL).alias(FIRST_TS_COL))
     shuffled = broadcast_limit is not None and (batch_size is None or batch_size > broadcast_limit)
     if batch_size is None:
@@ -260,7 +262,7 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
     if with_min_ts and sizes:
         per_batch = (
             join_on_keys(rows.where(F.col(TS_COL).isNotNull()), frame.select(*columns, BATCH_COL).hint("merge"),
-                         columns)
+                         columns, "inner", nullable)
             .groupBy(BATCH_COL, INPUT_COL)
             .agg(F.min(TS_COL).alias("min_ts"))
             .collect()
@@ -309,23 +311,29 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
         if index.most_rows is None and rows.count() <= limit:
             collected = collect_index(rows, columns, key_types)
             return SelectedKeys(local_from_rows(columns, collected, t.batch_size), deltas_read)
-        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size,
-                                                  with_min_ts=t.commit_mode == "batch", broadcast_limit=limit))
+        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size, with_min_ts=t.commit_mode == "batch",
+                                                  broadcast_limit=limit, nullable=t.nullable_keys))
     finally:
         rows.unpersist()
 
 
 def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | DistributedKeys:
-    """The keys a changelist run is given, checked for the transform-key columns (a None
-    value is the NULL key)."""
+    """The keys a changelist run is given, checked for the transform-key columns. A None
+    is the NULL key where an input declares the column nullable; in a column every input
+    declares not nullable it names no row: a frame's such rows are left out (as they
+    always were), a mapping holding one is refused."""
     columns = list(t.transform_keys)
+    never_null = [c for c in columns if c not in t.nullable_keys]
     if isinstance(keys, DataFrame):
         missing = [k for k in columns if k not in keys.columns]
         if missing:
             raise TransformationOutputError(
                 f"run_changelist of {t.transformation_id!r}: keys lack column(s) {missing}"
             )
-        frame = keys.select(*columns).distinct()
+        frame = keys.select(*columns)
+        if never_null:
+            frame = frame.where(" AND ".join(f"`{c}` IS NOT NULL" for c in never_null))
+        frame = frame.distinct()
         types = {c: t.inputs_with_column(c)[0].table.schema[c].dataType for c in columns}
         collected = collect_instants(frame.limit(limit + 1), columns, timestamp_columns(types))
         if len(collected) > limit:
@@ -339,6 +347,12 @@ def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | 
         if missing:
             raise TransformationOutputError(
                 f"run_changelist of {t.transformation_id!r}: key {dict(row)!r} lacks column(s) {missing}"
+            )
+        nulls = [k for k in never_null if row[k] is None]
+        if nulls:
+            raise TransformationOutputError(
+                f"run_changelist of {t.transformation_id!r}: key {dict(row)!r} holds None in {nulls}, which every "
+                "input declares not nullable: no row has that key"
             )
         values.append(tuple(row[k] for k in columns))
     return local_from_keys(columns, values, t.batch_size)

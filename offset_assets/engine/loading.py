@@ -34,7 +34,7 @@ from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import collect_instants, local_frame, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.in_filter import in_values
-from offset_assets.versioned.key_joins import join_on_keys
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.local_joins import matching_in_place
 from offset_assets.versioned.reads import broadcast_limit, versions_bound
@@ -130,14 +130,16 @@ def matching_keys(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdow
     for up to `pushdown_limit` values of one column, else a join with the keys' relation.
     `in_one_partition`: `df` is read into one partition (its caller bounded it), where
     the keys are hash-joined in place (`local_joins`): no exchange and no broadcast, each
-    a Spark job of its own under adaptive execution. Otherwise the keys are broadcast."""
+    a Spark job of its own under adaptive execution. Otherwise the keys are broadcast. A
+    NULL key matches where `table` declares its column nullable (`key_joins.py`)."""
     on = list(keys.columns)
+    nullable = nullable_columns(table.schema)
     if keys.fit_in_filter(pushdown_limit):
         column = keys.columns[0]
         return df.where(in_values(column, [row[0] for row in keys.rows], table.schema[column].dataType))
     if not in_one_partition:
-        return join_on_keys(df, F.broadcast(keys.frame(table)), on, "left_semi")
-    return matching_in_place(df, keys.frame(table), on)
+        return join_on_keys(df, F.broadcast(keys.frame(table)), on, "left_semi", nullable)
+    return matching_in_place(df, keys.frame(table), on, nullable)
 
 
 def read_actual_of_keys(table: VersionedTable, keys: KeyValues, as_of_delta: int | None,

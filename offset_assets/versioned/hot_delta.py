@@ -78,7 +78,7 @@ from offset_assets.versioned.errors import (
 )
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, ROWS_PER_PARTITION, small_run_settings
 from offset_assets.versioned.in_filter import in_values
-from offset_assets.versioned.key_joins import join_on_keys
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
 from offset_assets.versioned.observed import ObservedAggregates
 from offset_assets.versioned.reads import TableReader, versions_bound
@@ -462,13 +462,14 @@ class HotDelta:
         pk = table.primary_key
         scan = table.reader.scan(paths)
         keys = incoming.select(*pk)
+        nullable = nullable_columns(table.schema)
         if committed is not None and committed <= WHOLE_SCAN_ROWS:
-            return scan if small else join_on_keys(scan, keys, pk, "left_semi")
+            return scan if small else join_on_keys(scan, keys, pk, "left_semi", nullable)
         first = table.schema[pk[0]]
         if not isinstance(first.dataType, _PRUNABLE):
-            return join_on_keys(scan, keys, pk, "left_semi")
+            return join_on_keys(scan, keys, pk, "left_semi", nullable)
         if not small:
-            return join_on_keys(scan.where(_within(incoming, pk[0])), keys, pk, "left_semi")
+            return join_on_keys(scan.where(_within(incoming, pk[0])), keys, pk, "left_semi", nullable)
         # One partition, no join: the classification drops the candidates of keys not written.
         if rows <= IN_LIST_ROWS:  # the first key column's values (a NULL among them: IS NULL)
             values = [row[0] for row in collect_instants(

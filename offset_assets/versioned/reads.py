@@ -44,7 +44,7 @@ from pyspark.sql.types import DoubleType, StructField, StructType
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.in_filter import in_values
-from offset_assets.versioned.key_joins import join_on_keys
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS
 from offset_assets.versioned.sql_text import case_when, quoted
 from offset_assets.versioned.table_schema import file_schema
@@ -98,6 +98,7 @@ class TableReader:
         self.primary_key = list(primary_key)
         self.file_schema = file_schema(schema)
         self.snapshot_schema = StructType([*self.file_schema.fields, StructField(UPDATE_TS, DoubleType(), True)])
+        self.nullable = nullable_columns(schema)  # the columns that can hold NULL, matched with `<=>`
 
     # -- building blocks ---------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class TableReader:
                 replaced = latest.select(*self.primary_key)
                 if limit is not None and not bounded:
                     replaced = replaced.hint("merge")  # shuffled: not held whole by one JVM
-                base = join_on_keys(base, replaced, self.primary_key, "left_anti")
+                base = join_on_keys(base, replaced, self.primary_key, "left_anti", self.nullable)
             live = _apply(latest.where(f"{SYS_OP} = {OP_UPSERT}"), value_filters)
         parts = [p for p in (base, live) if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else self.scan([], with_update_ts)
@@ -249,15 +250,15 @@ class TableReader:
                     f"keys has none of the table's columns {columns}: {row_filter.keys.columns}",
                 )
             semi = row_filter.keys.select(*on)
-            (key_filters if set(on) <= set(self.primary_key) else value_filters).append((semi, on))
+            (key_filters if set(on) <= set(self.primary_key) else value_filters).append((semi, on, self.nullable))
         return key_filters, value_filters
 
 
 def _apply(df: DataFrame, filters: Sequence) -> DataFrame:
     for item in filters:
         if isinstance(item, tuple):
-            keys, on = item
-            df = join_on_keys(df, keys, on, "left_semi")
+            keys, on, nullable = item
+            df = join_on_keys(df, keys, on, "left_semi", nullable)
         else:
             df = df.where(item)
     return df
