@@ -15,6 +15,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from bench.posts_world import rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import local_frame
 from offset_assets.versioned.table import VersionedTable
@@ -179,3 +180,18 @@ def test_a_null_key_for_an_output_whose_key_column_is_declared_not_nullable_fail
     assert "per_category_strict" in result.errors[0] and "['category']" in result.errors[0], result.errors
     assert rows_of(strict.read_actual()) == {("books", 1)}
     assert [tuple(row) for row in engine.changed_keys(count).collect()] == [(None,)]  # retried by the next run
+
+
+def test_a_changelist_none_in_a_key_column_every_input_declares_not_nullable_names_no_key(
+        spark, sqlite_url, warehouse):
+    plane = connect(sqlite_url)
+    shop = Shop(spark, plane, warehouse)
+    engine = IncrementalEngine(spark, plane)
+    shop.write_events([(1, 1)])
+
+    with pytest.raises(TransformationOutputError, match=r"key \{'event_id': None\} holds None in \['event_id'\], "
+                                                        r"which every input declares not nullable"):
+        engine.run_changelist(shop.enrich, [{"event_id": None}])
+    keys = spark.createDataFrame([(None,), (1,)], "event_id bigint")  # a frame's NULL is left out
+    assert engine.run_changelist(shop.enrich, keys).processed_keys == 1
+    assert rows_of(shop.enriched.read_actual()) == {(1, 1, None)}
