@@ -28,10 +28,10 @@ first key column (an id range's bounds) gives it instead: no Spark job, no semi-
 the written keys are checked against it as they are written. Parquet's min and max
 ignore nulls, so a bound by key values also reads the versions whose first key column is
 NULL (`IS NULL`, which Parquet answers from its null counts) when that column may hold
-one: a NULL key is a key (`writes.py`) and must meet its actual version. A small write does not
-semi-join its candidates with its keys (no shuffle, no broadcast): the classification
-drops the rest, which for keys spread over a large table means aggregating much of it
-in one task.
+one: a NULL key is a key (`writes.py`) and must meet its actual version. A small write
+does not semi-join its candidates with its keys (no shuffle, no broadcast): the
+classification drops the rest, which for keys spread over a large table means
+aggregating much of it in one task.
 
 A replacing write (`writes.Replacement`: a transformation's output for the keys its
 batch processed) is given its keys instead: the committed versions of those keys are its
