@@ -13,6 +13,13 @@ Deletes come both through the table's delete call and as `sys_op = 1` rows whose
 user_id holds an arbitrary value (as a source system's delete events often do), some of
 keys that never existed; a deleted post can come back under another user.
 
+NULL is one of the users: a post without a user is counted under the NULL user (a NULL
+transform key is a key) and joins no profile, not even the profile whose id is NULL,
+which every history starts with (a NULL join value joins nothing, as in SQL). Posts move
+into and out of the NULL user, the NULL profile is renamed and deleted, a function
+fails for the NULL key and changelists name it (refused for `post_id`, which the posts
+declare not nullable).
+
 `make test` runs 25 histories in shards of fixed seeds (so that they can run in
 parallel and every run sees the same ones); `make exactness` (EXACTNESS_HISTORIES=1000)
 runs the long mode. A failure prints the steps, its shard's seed and a blob to replay it
@@ -52,6 +59,7 @@ from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation
 from offset_assets.spark import get_spark_session
@@ -80,12 +88,14 @@ SHARD_SETTINGS = settings(
 
 POST_IDS = st.integers(min_value=1, max_value=6)
 NEVER_POSTED = st.integers(min_value=7, max_value=8)  # deletes of keys that never existed
-USER_IDS = st.integers(min_value=0, max_value=2)
+USERS = [0, 1, 2, None]  # None: a post without a user, the profile whose id is NULL
+USER_IDS = st.sampled_from(USERS)
 TEXTS = st.sampled_from(["a", "b"])  # few values: some upserts leave a post unchanged
 COMMIT_MODES = st.sampled_from(["end", "batch"])
 MODES = st.sampled_from(["v2", "v1"])
-STARTING_PROFILES = {0: "ann", 1: "bob", 2: "cyd"}
-STARTING_POSTS = {pid: (pid % 3, "a") for pid in range(1, 7)}
+STARTING_PROFILES = {0: "ann", 1: "bob", 2: "cyd", None: "nobody"}
+STARTING_POSTS = {pid: (None if pid == 6 else pid % 3, "a") for pid in range(1, 7)}
+TRANSFORM_KEYS = st.one_of(st.integers(min_value=0, max_value=6), st.none())
 DETECTED_BY = "_detected_by"
 
 
@@ -93,8 +103,13 @@ class CommitCrash(RuntimeError):
     """Raised inside a control-plane commit: the process 'dies' before it completes."""
 
 
+def null_first(row: tuple) -> tuple:
+    """A sort key of `row` that orders a None before every value."""
+    return tuple((value is not None, value) for value in row)
+
+
 def keys_of(df: DataFrame) -> list[tuple]:
-    return sorted(tuple(row) for row in df.collect())
+    return sorted((tuple(row) for row in df.collect()), key=null_first)
 
 
 @contextmanager
@@ -135,7 +150,9 @@ class PostsModel:
         self.deleted: dict[int, int] = {}  # post id -> the user of its deleted version
 
     def enriched(self) -> set[tuple]:
-        return {(pid, uid, text, self.profiles.get(uid)) for pid, (uid, text) in self.posts.items()}
+        # SQL's join: a post without a user joins no profile, not even the NULL one.
+        return {(pid, uid, text, None if uid is None else self.profiles.get(uid))
+                for pid, (uid, text) in self.posts.items()}
 
     def stats(self) -> set[tuple]:
         counts: dict[int, int] = {}
@@ -296,7 +313,7 @@ class ExactnessMachine(RuleBasedStateMachine):
     def reinsert_a_deleted_post_under_another_user(self, pick: int, shift: int) -> None:
         deleted = sorted(self.model.deleted.items())
         pid, old_user = deleted[pick % len(deleted)]
-        self.write_posts({pid: ((old_user + shift) % 3, "back")})
+        self.write_posts({pid: (USERS[(USERS.index(old_user) + shift) % len(USERS)], "back")})
 
     @rule(user_ids=st.lists(USER_IDS, min_size=1, max_size=2, unique=True))
     def rename_profiles(self, user_ids: list[int]) -> None:
@@ -316,12 +333,12 @@ class ExactnessMachine(RuleBasedStateMachine):
     def run(self, change_detection: str, commit_mode: str) -> None:
         self.run_and_check(self.transformation(commit_mode=commit_mode), change_detection=change_detection)
 
-    @rule(bad_key=st.integers(min_value=0, max_value=6), commit_mode=COMMIT_MODES)
-    def run_whose_function_fails_for_one_key(self, bad_key: int, commit_mode: str) -> None:
+    @rule(bad_key=TRANSFORM_KEYS, commit_mode=COMMIT_MODES)
+    def run_whose_function_fails_for_one_key(self, bad_key: int | None, commit_mode: str) -> None:
         column, base = self.key_column, self.transformation().func
 
         def flaky(**frames):  # noqa: ANN003, ANN202
-            if frames["posts"].where(F.col(column) == bad_key).count():
+            if frames["posts"].where(F.col(column).eqNullSafe(bad_key)).count():
                 raise ValueError(f"cannot process {column} {bad_key}")
             return base(**frames)
 
@@ -347,9 +364,13 @@ class ExactnessMachine(RuleBasedStateMachine):
     def backfill(self, commit_mode: str) -> None:
         self.run_and_check(self.transformation(commit_mode=commit_mode), reprocess_all=True)
 
-    @rule(keys=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=3, unique=True))
-    def run_changelist(self, keys: list[int]) -> None:
+    @rule(keys=st.lists(TRANSFORM_KEYS, min_size=1, max_size=3, unique=True))
+    def run_changelist(self, keys: list[int | None]) -> None:
         column = self.key_column
+        if None in keys and column == "post_id":  # declared not nullable: None names no post
+            with pytest.raises(TransformationOutputError, match=r"holds None in \['post_id'\]"):
+                self.engine.run_changelist(self.transformation(), [{column: k} for k in keys])
+            return
         result = self.engine.run_changelist(self.transformation(), [{column: k} for k in keys])
         if result.failed_keys == 0:
             listed = {row for row in self.output_rows() if row[0] in keys}
@@ -393,7 +414,7 @@ class ExactnessMachine(RuleBasedStateMachine):
                 for mode in detected]
         for row in both[0].unionByName(both[1]).collect():
             detected[row[DETECTED_BY]].append(tuple(row)[:-1])
-        v1, v2 = sorted(detected["v1"]), sorted(detected["v2"])
+        v1, v2 = sorted(detected["v1"], key=null_first), sorted(detected["v2"], key=null_first)
         assert v1 == v2, f"changed_keys differ: v1 {v1} v2 {v2}"
 
 

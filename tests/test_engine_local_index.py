@@ -2,7 +2,9 @@
 collected (Arrow columns for keys of strings and integers, tuples for other types or a
 Spark Connect client), the keys are batched as a plain Python model batches them: each
 key once, keys without a change timestamp first, then by their oldest change, then by
-key; each batch's oldest change per input; and, per input, the keys its changes marked."""
+key (a NULL, None, before every value of its column, as Spark's ascending sort with nulls
+first orders it); each batch's oldest change per input; and, per input, the keys its
+changes marked."""
 
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ def model(width: int, rows: list[tuple], batch_size: int | None) -> tuple[list, 
             first[key] = ts
         elif ts is not None and (first[key] is None or ts < first[key]):
             first[key] = ts
-    ordered = sorted(first, key=lambda k: (first[k] is not None, first[k] or 0.0, k))
+    ordered = sorted(first, key=lambda k: (first[k] is not None, first[k] or 0.0,
+                                           tuple((v is not None, v) for v in k)))
     size = batch_size or max(1, len(ordered))
     batches = [ordered[i:i + size] for i in range(0, len(ordered), size)]
     changes = [(row[:width], row[width], row[width + 1]) for row in rows
@@ -61,7 +64,8 @@ TEXT = st.text(alphabet="aAzé€ 0", max_size=3)
 def test_the_index_collected_as_arrow_or_as_tuples_is_batched_as_the_python_model_batches_it(
         data, batch_size, two_columns):
     types = [pa.string(), pa.int64()] if two_columns else [pa.string()]
-    key = st.tuples(TEXT, st.integers(-3, 3)) if two_columns else st.tuples(TEXT)
+    text, number = TEXT | st.none(), st.integers(-3, 3) | st.none()  # None: the NULL key
+    key = st.tuples(text, number) if two_columns else st.tuples(text)
     rows = [(*k, ts, name) for k, ts, name in data.draw(st.lists(st.tuples(key, TIMES, NAMES), max_size=30))]
     width = len(types)
     expected = model(width, rows, batch_size)

@@ -81,10 +81,11 @@ BAD_INPUTS = {
         SchemaMismatchError,
         r"sys_op: string",
     ),
-    "null key": (
+    "null in a key column declared not nullable": (
         lambda s: s.createDataFrame([("b", None, 1.0, "EUR"), ("c", 1, 1.0, "EUR")], ROWS),
         NullKeyError,
-        r"null primary-key value in \['shop', 'day'\]",
+        r"null in primary-key column\(s\) \['shop', 'day'\], which the schema declares not nullable .*"
+        r"for key\(s\) \[\{'shop': 'b', 'day': None\}\]",
     ),
     "null in non-nullable column": (
         lambda s: s.createDataFrame([("b", 3, 1.0, None)], ROWS),

@@ -1,6 +1,7 @@
 """`in_values`: the IN filter of a key lookup, built in one JVM call, selects exactly the
 rows `Column.isin` selects, for every value the engine's keys can hold; a datetime by
-what the column holds (an instant, or a wall-clock time), which `isin` does not know."""
+what the column holds (an instant, or a wall-clock time), which `isin` does not know;
+and a None the rows that hold NULL (a NULL key is a key), which `isin` never selects."""
 
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ def selected(df, condition) -> list:
 
 
 def same_selection(df, wanted) -> tuple[list, list]:
-    """Rows kept by `in_values` and by `isin`, from one Spark job."""
-    both = df.select("i", in_values("c", wanted).alias("ours"), F.col("c").isin(wanted).alias("isin")).collect()
+    """Rows kept by `in_values` and by `isin` (or IS NULL, for a None wanted), from one Spark job."""
+    isin = F.col("c").isin(wanted) | F.col("c").isNull() if None in wanted else F.col("c").isin(wanted)
+    both = df.select("i", in_values("c", wanted).alias("ours"), isin.alias("isin")).collect()
     return sorted(row.i for row in both if row.ours), sorted(row.i for row in both if row.isin)
 
 
@@ -88,6 +90,18 @@ def test_in_values_is_one_sql_expression_for_strings_and_numbers(spark):
     assert str(in_values("n", [1, 2**40, -3])) == "Column<'`n` IN (1, 1099511627776L, (-3))'>"
     assert str(in_values("n", [enum.IntFlag("Bits", "A B")(2)])) == "Column<'`n` IN (2)'>"
     assert str(in_values("d", [datetime.date(2026, 11, 29)])) == "Column<'`d` IN (DATE '2026-11-29')'>"
+
+
+@pytest.mark.quick
+def test_a_none_among_the_values_selects_the_rows_that_hold_null(spark):
+    df = spark.createDataFrame([(0, None), (1, 1), (2, 2)], "i long, c long")
+    assert selected(df, in_values("c", [None])) == [0]
+    assert selected(df, in_values("c", [2, None])) == [0, 2]
+    assert str(in_values("c", [2, None])) == "Column<'`c` IN (2) OR `c` IS NULL'>"
+    assert selected(df, in_values("c", [2])) == [2]
+    assert selected(df.where(~in_values("c", [2])), "true") == [1]  # NULL IN (2) is NULL, as with isin
+    dollar = spark.createDataFrame([(0, None), (1, 1), (2, 2)], "i long, `c$` long")  # through isin
+    assert selected(dollar, in_values("c$", [None, 1])) == [0, 1]
 
 
 def test_dates_before_year_1000_are_found_where_isin_cannot_spell_them(spark):

@@ -103,7 +103,9 @@ def test_a_bounded_candidate_scan_finds_the_actual_versions_of_keys_spread_over_
 REFUSED = {
     "two states of a key": ([(1, "a", 1.0, 0), (1, "a", 2.0, 0)], ConflictingStatesError,
                             r"different states of key\(s\) \[\{'id': 1\}\] in one write"),
-    "a null key": ([(None, "a", 1.0, 0)], NullKeyError, r"null primary-key value in \['id'\]"),
+    "a null in a key column declared not nullable": ([(None, "a", 1.0, 0)], NullKeyError,
+                                                      r"null in primary-key column\(s\) \['id'\], which the schema "
+                                                      r"declares not nullable"),
     "a bad sys_op": ([(1, "a", 1.0, 7)], InvalidSysOpError, r"found 7 for key\(s\) \[\{'id': 1\}\]"),
     "a null in a non-nullable column": ([(1, None, 1.0, 0)], NullKeyError,
                                         r"non-nullable column\(s\) \['name'\] for key\(s\) \[\{'id': 1\}\]"),

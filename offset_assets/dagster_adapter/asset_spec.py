@@ -83,7 +83,7 @@ class IncrementalSpec:
         schema (a Spark StructType's JSON; no duplicate, reserved or map column), the
         primary key and the transform keys (present, and columns of the schema), the
         engine options. A nullable primary-key column is accepted, as the table accepts
-        it: a row whose key is null is refused when written."""
+        it: NULL is a key there, like any other value."""
         problems = [f"{option} must be one of {allowed}, got {value!r}" for option, value, allowed in (
             ("on_failed_keys", self.on_failed_keys, ("raise", "warn")),
             ("commit_mode", self.commit_mode, ("end", "batch")),

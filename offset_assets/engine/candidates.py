@@ -3,6 +3,12 @@ the keys each version of an input marks (one rule for v1 and v2, `_versions_in`)
 primary records a changed reference row points at (reverse join), the keys whose last
 processing failed, and the keys a pending reprocess request still covers.
 
+A NULL transform key is a key: it is marked, checked against the meta and processed like
+any other (the meta check and every lookup by key match NULL to NULL:
+`versioned/key_joins.py`). A reference's join value is not a key: a changed reference
+row whose join value is NULL marks nothing, since SQL's join never matches NULL to NULL
+and the function's own join pairs it with no primary row either.
+
 A part whose plan scans only rows the catalog bounds within the run's limit (the deltas
 since the offsets, the listed failures) is planned in one partition
 (`loading.one_partition`) and says so (`Candidates.one_partition`): the changed index
@@ -22,6 +28,7 @@ from offset_assets.engine.index_bounds import actual_bound
 from offset_assets.engine.index_request import RunSnapshot
 from offset_assets.engine.loading import build_side, is_bounded, one_partition, read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.table import VersionedTable
@@ -45,6 +52,7 @@ def _null_free(df: DataFrame, columns: list[str]) -> DataFrame:
 
 def _versions_in(
     inp: TransformInput, deltas: Sequence[DeltaInfo], columns: list[str], limit: int | None = None,
+    join_values: bool = False,
 ) -> Candidates:
     """(columns..., update_ts) of every version of `inp` written by `deltas`: the keys
     each version marks, stamped with its update_ts.
@@ -62,6 +70,8 @@ def _versions_in(
     found inside the range by a window over the record's versions, before the range by an
     as-of read of the actual state (which holds no tombstones).
 
+    `columns` are transform keys, a NULL among them a key like any other; or, with
+    `join_values`, a reference's join columns, where a NULL marks nothing (SQL's join).
     The versions of `deltas` are one partition when the catalog bounds them within
     `limit`; the as-of read of the table is not (it scans the table).
     """
@@ -71,7 +81,11 @@ def _versions_in(
     changes = table.reader.history(deltas).select(*dict.fromkeys([*columns, *pk, SYS_FROM, SYS_OP, TS_COL]))
     changes = one_partition(changes, bound, limit)
     single = limit is not None and is_bounded(bound, limit)
-    picked = _null_free(changes.select(*columns, TS_COL), columns)
+
+    def marks(df: DataFrame) -> DataFrame:
+        return _null_free(df, columns) if join_values else df
+
+    picked = marks(changes.select(*columns, TS_COL))
     if set(columns) <= set(table.primary_key):
         return Candidates(picked, single)
     by_record = Window.partitionBy(*pk).orderBy("sys_from")
@@ -81,7 +95,7 @@ def _versions_in(
         TS_COL,
     )
     replaced_live = F.col("_prev_op") == OP_UPSERT  # null (no predecessor in the range) is false
-    within = _null_free(previous.where(replaced_live), columns).select(*columns, TS_COL)
+    within = marks(previous.where(replaced_live)).select(*columns, TS_COL)
     marked = picked.unionByName(within)
     first = deltas[0].delta_num
     if first <= 1:
@@ -89,8 +103,9 @@ def _versions_in(
     earliest = changes.groupBy(*pk).agg(F.min(TS_COL).alias(TS_COL))
     before = table.read_actual(as_of_delta=first - 1, keys=build_side(earliest.select(*pk), bound, limit))
     before = before.select(*pk, *[c for c in columns if c not in pk])
-    before = before.join(build_side(earliest, bound, limit, inner=True), on=pk).select(*columns, TS_COL)
-    return Candidates(marked.unionByName(_null_free(before, columns)))
+    before = join_on_keys(before, build_side(earliest, bound, limit, inner=True), pk, "inner",
+                          nullable_columns(table.schema)).select(*columns, TS_COL)
+    return Candidates(marked.unionByName(marks(before)))
 
 
 def input_candidates(
@@ -121,7 +136,7 @@ def input_candidates(
     bound = versions_bound(deltas)
     if bound is not None and not set(ref_cols) <= set(inp.table.primary_key):
         bound *= 3
-    versions = _versions_in(inp, deltas, ref_cols, broadcast_limit)
+    versions = _versions_in(inp, deltas, ref_cols, broadcast_limit, join_values=True)
     changed = versions.rows.select(*[F.col(ref).alias(primary) for primary, ref in join_keys.items()], TS_COL)
     in_place = small and versions.one_partition
     marked = None
@@ -183,12 +198,12 @@ def reprocess_keys(transformation: Transformation, meta: VersionedTable, snapsho
     known = meta.read_actual().select(*keys)
     for inp in transformation.primary_inputs:
         actual = inp.table.read_actual(as_of_delta=snapshot.deltas.get(inp.name, 0))
-        known = known.unionByName(_null_free(actual.select(*keys), keys))
+        known = known.unionByName(actual.select(*keys))
     state = meta.read_actual().select(*keys, "process_ts", "is_success")
     if broadcast_limit is not None:
         listed = meta.catalog.committed(meta.name) if meta_deltas is None else meta_deltas
         state = build_side(state, actual_bound(listed), broadcast_limit)
-    waiting = known.distinct().join(state, on=keys, how="left").where(
+    waiting = join_on_keys(known.distinct(), state, keys, "left", transformation.nullable_keys).where(
         F.col("process_ts").isNull() | ~F.col("is_success") | (F.col("process_ts") < F.lit(requested_ts))
     )
     return waiting.select(

@@ -8,7 +8,8 @@ meta from the meta deltas since the offsets only (see `latest_meta_since`). Keys
 last processing failed are always included (v2 finds them in the meta deltas the control
 plane lists as holding failures), and so are the keys a pending reprocess request still
 covers. A changed row of a reference table marks the
-primary records pointing at it (reverse join).
+primary records pointing at it (reverse join). A NULL transform key is a key like any
+other; a NULL join value of a reference row marks nothing (`candidates.py`).
 
 v1 runs the same comparison over the whole history without offsets (the full
 comparison); it exists to verify v2 and to measure against it, and must return the same
@@ -51,6 +52,7 @@ from offset_assets.engine.index_bounds import actual_bound, most_index_rows
 from offset_assets.engine.index_request import IndexRequest, listed_failure_deltas
 from offset_assets.engine.loading import build_side, is_bounded, one_partition
 from offset_assets.engine.transformation import Transformation
+from offset_assets.versioned.key_joins import join_on_keys
 from offset_assets.versioned.layout import SYS_FROM
 from offset_assets.versioned.reads import broadcast_limit as reads_broadcast_limit
 from offset_assets.versioned.reads import versions_bound
@@ -161,7 +163,7 @@ def _compute_changed_index(
         rows = candidates.select(*keys, TS_COL, INPUT_COL)
         if known is not None:  # else no key was processed since the offsets: none to drop
             in_place = single and limit is not None and is_bounded(known_rows, limit)
-            rows = _unprocessed(candidates, known, keys, in_place, known_rows, limit)
+            rows = _unprocessed(candidates, known, keys, transformation.nullable_keys, in_place, known_rows, limit)
     if request.reprocess_ts is not None:
         waiting = reprocess_keys(transformation, meta, request.snapshot, request.reprocess_ts, limit,
                                  meta_deltas=request.meta_deltas)
@@ -171,13 +173,14 @@ def _compute_changed_index(
     return ChangedIndex(rows=rows, transform_keys=keys, most_rows=most_rows)
 
 
-def _unprocessed(candidates: DataFrame, known: DataFrame, keys: list[str], in_place: bool,
-                 known_rows: int | None, limit: int | None) -> DataFrame:
-    """The candidate rows whose key has no newer successful processing in `known`.
+def _unprocessed(candidates: DataFrame, known: DataFrame, keys: list[str], nullable: frozenset[str],
+                 in_place: bool, known_rows: int | None, limit: int | None) -> DataFrame:
+    """The candidate rows whose key has no newer successful processing in `known` (a NULL
+    in a `nullable` key finds its own meta: `key_joins.py`).
     `in_place`: both sides are one partition, so a sort-merge join needs no exchange (a
     broadcast would be a Spark job of its own); else the join is planned by the bound."""
     known = known.hint("merge") if in_place else build_side(known, known_rows, limit)
-    joined = candidates.join(known, on=keys, how="left")
+    joined = join_on_keys(candidates, known, keys, "left", nullable)
     return joined.where(
         F.col("process_ts").isNull()
         | ~F.col("is_success")

@@ -9,6 +9,10 @@ batch's keys down without another Spark job to collect them. An index larger tha
 from a range-partitioned sort (`changed_index.in_batch_order`) and read back by
 semi-joins, shuffled ones (`DistributedKeys.shuffled`) unless the batch size bounds a
 batch within the limit, so that no JVM holds the key set.
+
+A NULL transform key is a key: it is held as `None` (ordered before every other value,
+as Spark's ascending sort with nulls first orders it), looked up with `IS NULL` or a
+null-safe join, and given as `None` to a changelist.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from offset_assets.engine.transformation import Transformation
 from offset_assets.local_frames import collect_instants, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.caching import storage_level
+from offset_assets.versioned.key_joins import join_on_keys
 from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_DRIVER_LIMIT = 100_000
@@ -154,11 +159,14 @@ def local_from_rows(columns: Sequence[str], rows: IndexRows, batch_size: int | N
     The grouping, the order and each batch's oldest change per input are computed in
     Arrow, and only the ordered keys become Python values: a Python loop over the rows
     took 0.1 s of a run of 20,000 changed keys. Keys collected as tuples (dates,
-    decimals, a Spark Connect client) are ranked in Python first, so that Arrow orders
-    them as Python does."""
+    decimals, a Spark Connect client) or holding a NULL are ranked in Python first
+    (`key_order`), so that Arrow orders them as Python does and groups a NULL key as one
+    (Arrow's joins never match a null)."""
     import pyarrow as pa
 
     width = len(columns)
+    if isinstance(rows, pa.Table) and any(rows.column(i).null_count for i in range(width)):
+        rows = list(zip(*(rows.column(i).to_pylist() for i in range(rows.num_columns)), strict=True))
     if isinstance(rows, pa.Table):
         names = [f"__key{i}" for i in range(width)]
         index = rows.rename_columns([*names, _TS, _INPUT])
@@ -166,7 +174,7 @@ def local_from_rows(columns: Sequence[str], rows: IndexRows, batch_size: int | N
         def decode(keys: Any) -> list[Key]:
             return list(zip(*(_values(keys.column(name)) for name in names), strict=True))
     else:
-        distinct = sorted({tuple(row[:width]) for row in rows})
+        distinct = sorted({tuple(row[:width]) for row in rows}, key=key_order)
         rank = {key: i for i, key in enumerate(distinct)}
         names = ["__rank"]
         index = pa.table({
@@ -178,6 +186,11 @@ def local_from_rows(columns: Sequence[str], rows: IndexRows, batch_size: int | N
         def decode(keys: Any) -> list[Key]:
             return [distinct[i] for i in _values(keys.column(names[0]))]
     return _local_from_index(tuple(columns), index, names, decode, batch_size)
+
+
+def key_order(key: Key) -> tuple:
+    """A sort key of `key` in which a None comes before every value of its column."""
+    return tuple((value is not None, value) for value in key)
 
 
 def _values(column: Any) -> list:
@@ -223,15 +236,17 @@ def _local_from_index(columns: tuple[str, ...], index: Any, names: list[str],
 def local_from_keys(columns: Sequence[str], keys: Sequence[Key], batch_size: int | None,
                     typed: bool = False) -> LocalKeys:
     """Batches of given keys (`typed`: collected from Spark)."""
-    distinct = sorted(set(keys))
+    distinct = sorted(set(keys), key=key_order)
     size = batch_size or max(1, len(distinct))
     return LocalKeys(tuple(columns), [distinct[i:i + size] for i in range(0, len(distinct), size)], typed=typed)
 
 
 def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: int | None,
-                          with_min_ts: bool, broadcast_limit: int | None = None) -> DistributedKeys:
+                          with_min_ts: bool, broadcast_limit: int | None = None,
+                          nullable: frozenset[str] = frozenset()) -> DistributedKeys:
     """Batches of a large index, numbered in Spark (persisted: every batch reads it).
-    Joins with a batch may broadcast it only when `batch_size` is within `broadcast_limit`."""
+    Joins with a batch may broadcast it only when `batch_size` is within `broadcast_limit`;
+    `nullable`: the key columns that can hold NULL (`Transformation.nullable_keys`)."""
     keys = rows.groupBy(*columns).agg(F.min(TS_COL).alias(FIRST_TS_COL))
     shuffled = broadcast_limit is not None and (batch_size is None or batch_size > broadcast_limit)
     if batch_size is None:
@@ -246,8 +261,8 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
     min_ts: dict[int, dict[str, float]] = {}
     if with_min_ts and sizes:
         per_batch = (
-            rows.where(F.col(TS_COL).isNotNull())
-            .join(frame.select(*columns, BATCH_COL).hint("merge"), on=list(columns))
+            join_on_keys(rows.where(F.col(TS_COL).isNotNull()), frame.select(*columns, BATCH_COL).hint("merge"),
+                         columns, "inner", nullable)
             .groupBy(BATCH_COL, INPUT_COL)
             .agg(F.min(TS_COL).alias("min_ts"))
             .collect()
@@ -296,22 +311,29 @@ def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explic
         if index.most_rows is None and rows.count() <= limit:
             collected = collect_index(rows, columns, key_types)
             return SelectedKeys(local_from_rows(columns, collected, t.batch_size), deltas_read)
-        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size,
-                                                  with_min_ts=t.commit_mode == "batch", broadcast_limit=limit))
+        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size, with_min_ts=t.commit_mode == "batch",
+                                                  broadcast_limit=limit, nullable=t.nullable_keys))
     finally:
         rows.unpersist()
 
 
 def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | DistributedKeys:
-    """The keys a changelist run is given, checked for the transform-key columns."""
+    """The keys a changelist run is given, checked for the transform-key columns. A None
+    is the NULL key where an input declares the column nullable; in a column every input
+    declares not nullable it names no row: a frame's such rows are left out (as they
+    always were), a mapping holding one is refused."""
     columns = list(t.transform_keys)
+    never_null = [c for c in columns if c not in t.nullable_keys]
     if isinstance(keys, DataFrame):
         missing = [k for k in columns if k not in keys.columns]
         if missing:
             raise TransformationOutputError(
                 f"run_changelist of {t.transformation_id!r}: keys lack column(s) {missing}"
             )
-        frame = keys.select(*columns).where(" AND ".join(f"`{c}` IS NOT NULL" for c in columns)).distinct()
+        frame = keys.select(*columns)
+        if never_null:
+            frame = frame.where(" AND ".join(f"`{c}` IS NOT NULL" for c in never_null))
+        frame = frame.distinct()
         types = {c: t.inputs_with_column(c)[0].table.schema[c].dataType for c in columns}
         collected = collect_instants(frame.limit(limit + 1), columns, timestamp_columns(types))
         if len(collected) > limit:
@@ -325,6 +347,12 @@ def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | 
         if missing:
             raise TransformationOutputError(
                 f"run_changelist of {t.transformation_id!r}: key {dict(row)!r} lacks column(s) {missing}"
+            )
+        nulls = [k for k in never_null if row[k] is None]
+        if nulls:
+            raise TransformationOutputError(
+                f"run_changelist of {t.transformation_id!r}: key {dict(row)!r} holds None in {nulls}, which every "
+                "input declares not nullable: no row has that key"
             )
         values.append(tuple(row[k] for k in columns))
     return local_from_keys(columns, values, t.batch_size)

@@ -6,7 +6,9 @@ when they are few (`KeyValues`: the changed keys of one batch) and pushed down t
 Parquet scan as an IN filter; above `pushdown_limit` values, or for keys of several
 columns, the lookup is a semi-join against a broadcast local relation. A key whose
 change the run has just read is looked up in the deltas it read (`latest_of_keys`), not
-in the whole table.
+in the whole table. A NULL key is a key: the IN filter selects it with `IS NULL` and the
+joins match it null-safely (`versioned/key_joins.py`). A reference is read for the join
+values its primary rows hold, NULL excepted: SQL's join matches no row to a NULL.
 
 Keys that are not held by the driver (a first run, a reprocess) are a DataFrame: whether
 a join with them may broadcast is decided from the catalog's row counts before the plan
@@ -24,7 +26,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.result import RunResult
@@ -32,6 +34,7 @@ from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import collect_instants, local_frame, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.in_filter import in_values
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.local_joins import matching_in_place
 from offset_assets.versioned.reads import broadcast_limit, versions_bound
@@ -89,8 +92,8 @@ class KeyValues:
 
     def frame(self, table: VersionedTable) -> DataFrame:
         """The keys as a local relation typed like `table`'s columns (built once per
-        column types)."""
-        schema = StructType([table.schema[c] for c in self.columns])
+        column types), each nullable: a None is the NULL key."""
+        schema = StructType([StructField(c, table.schema[c].dataType, True) for c in self.columns])
         built = self._frames.get(schema.json())
         if built is None:
             built = self._relation(table.spark, schema)
@@ -127,14 +130,16 @@ def matching_keys(df: DataFrame, table: VersionedTable, keys: KeyValues, pushdow
     for up to `pushdown_limit` values of one column, else a join with the keys' relation.
     `in_one_partition`: `df` is read into one partition (its caller bounded it), where
     the keys are hash-joined in place (`local_joins`): no exchange and no broadcast, each
-    a Spark job of its own under adaptive execution. Otherwise the keys are broadcast."""
+    a Spark job of its own under adaptive execution. Otherwise the keys are broadcast. A
+    NULL key matches where `table` declares its column nullable (`key_joins.py`)."""
     on = list(keys.columns)
+    nullable = nullable_columns(table.schema)
     if keys.fit_in_filter(pushdown_limit):
         column = keys.columns[0]
         return df.where(in_values(column, [row[0] for row in keys.rows], table.schema[column].dataType))
     if not in_one_partition:
-        return df.join(F.broadcast(keys.frame(table)), on=on, how="left_semi")
-    return matching_in_place(df, keys.frame(table), on)
+        return join_on_keys(df, F.broadcast(keys.frame(table)), on, "left_semi", nullable)
+    return matching_in_place(df, keys.frame(table), on, nullable)
 
 
 def read_actual_of_keys(table: VersionedTable, keys: KeyValues, as_of_delta: int | None,

@@ -39,10 +39,13 @@ MetaPending = Sequence[PendingBatch]
 
 
 def meta_schema(transformation: Transformation) -> StructType:
+    """Transform keys (typed as their input's columns; nullable where an input declares
+    them so: a NULL key is a key with meta of its own), process_ts, is_success, error."""
     key_fields = []
+    nullable = transformation.nullable_keys
     for key in transformation.transform_keys:
         source = transformation.inputs_with_column(key)[0].table.schema
-        key_fields.append(StructField(key, source[key].dataType, nullable=False))
+        key_fields.append(StructField(key, source[key].dataType, nullable=key in nullable))
     return StructType(
         key_fields
         + [

@@ -37,6 +37,7 @@ from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.hot_delta import SMALL_WRITE_ROWS, HotDelta
 from offset_assets.versioned.in_filter import in_values
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.local_joins import flag_matches, unmatched_in_place
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import column_types, is_safe_cast
@@ -140,15 +141,17 @@ class OutputWriter:
         the batch's keys. The write refuses such rows (`Refusal`) within its own
         classification, so the check costs no Spark job of its own. `in_one_partition`:
         the write gathers `output` into one partition, where the keys are joined in place
-        (no exchange, no broadcast)."""
+        (no exchange, no broadcast). A NULL transform key is one of the batch's keys when
+        the batch holds it, and stray otherwise."""
         if isinstance(keys, KeyValues) and keys.fit_in_filter(self.reads.pushdown_limit):
-            # A filter, not a join: broadcasting even a tiny key relation is a job.
-            column = F.col(f"`{keys.columns[0]}`")
-            return output.withColumn(
-                STRAY, column.isNull() | ~in_values(keys.columns[0], [row[0] for row in keys.rows],
-                                                     self.key_table.schema[keys.columns[0]].dataType))
+            # A filter, not a join: broadcasting even a tiny key relation is a job. A NULL
+            # key outside the batch makes the IN filter NULL, which is not in the batch.
+            in_batch = in_values(keys.columns[0], [row[0] for row in keys.rows],
+                                 self.key_table.schema[keys.columns[0]].dataType)
+            return output.withColumn(STRAY, ~F.coalesce(in_batch, F.lit(False)))
         frame = keys.frame(self.key_table) if isinstance(keys, KeyValues) else keys
-        flagged = flag_matches(output, frame, self.t.transform_keys, IN_BATCH, in_place=in_one_partition)
+        flagged = flag_matches(output, frame, self.t.transform_keys, IN_BATCH, self.t.nullable_keys,
+                               in_place=in_one_partition)
         return flagged.withColumn(STRAY, ~F.col(IN_BATCH)).drop(IN_BATCH)
 
     def _replacing(self, table: VersionedTable) -> bool:
@@ -187,7 +190,7 @@ class OutputWriter:
             if isinstance(keys, KeyValues):
                 return matching_keys(versions, self.key_table, keys, self.reads.pushdown_limit, in_one_partition)
             # A batch of distributed keys: hinted by `DistributedKeys.batch`.
-            return versions.join(keys, on=transform_keys, how="left_semi")
+            return join_on_keys(versions, keys, transform_keys, "left_semi", nullable_columns(table.schema))
 
         rows = self._flag_stray_rows(new, keys, in_one_partition=small).withColumn("sys_op", F.lit(0))
         return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint,
@@ -212,10 +215,11 @@ class OutputWriter:
             size_hint = len(keys.rows) if isinstance(keys, KeyValues) and not shuffled else None
             small = size_hint is not None and size_hint <= SMALL_WRITE_ROWS
             if small:
-                gone = unmatched_in_place(previous.select(*pk), new_keys, pk, hint="merge")
+                gone = unmatched_in_place(previous.select(*pk), new_keys, pk, nullable_columns(table.schema),
+                                          hint="merge")
             else:
-                gone = previous.select(*pk).join(new_keys.hint("merge") if shuffled else new_keys, on=pk,
-                                                 how="left_anti")
+                gone = join_on_keys(previous.select(*pk), new_keys.hint("merge") if shuffled else new_keys, pk,
+                                    "left_anti", nullable_columns(table.schema))
             deletes = gone.select(
                 *[F.col(c) if c in pk else F.lit(None).cast(table.schema[c].dataType).alias(c)
                   for c in table.data_columns],

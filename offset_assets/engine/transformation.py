@@ -154,6 +154,14 @@ class Transformation:
         return [inp for inp in self.primary_inputs if column in inp.table.data_columns]
 
     @property
+    def nullable_keys(self) -> frozenset[str]:
+        """The transform keys that can be NULL: those a primary input declares nullable (a
+        column declared not nullable refuses NULL at every write). A NULL key is a key,
+        matched with `<=>`; the others keep `=` (`versioned/key_joins.py`)."""
+        return frozenset(k for k in self.transform_keys
+                         if any(inp.table.schema[k].nullable for inp in self.primary_inputs))
+
+    @property
     def meta_table_name(self) -> str:
         return meta_table_name(self.transformation_id)
 

@@ -25,10 +25,13 @@ job), so that Parquet skips the files (sorted by key) that cannot hold them: by 
 and max of the first key column, or its values for a write of a few rows. A new id range
 written into a large table reads no file of it. A caller that knows the range of its
 first key column (an id range's bounds) gives it instead: no Spark job, no semi-join, and
-the written keys are checked against it as they are written. A small write does not
-semi-join its candidates with its keys (no shuffle, no broadcast): the classification
-drops the rest, which for keys spread over a large table means aggregating much of it
-in one task.
+the written keys are checked against it as they are written. Parquet's min and max
+ignore nulls, so a bound by key values also reads the versions whose first key column is
+NULL (`IS NULL`, which Parquet answers from its null counts) when that column may hold
+one: a NULL key is a key (`writes.py`) and must meet its actual version. A small write
+does not semi-join its candidates with its keys (no shuffle, no broadcast): the
+classification drops the rest, which for keys spread over a large table means
+aggregating much of it in one task.
 
 A replacing write (`writes.Replacement`: a transformation's output for the keys its
 batch processed) is given its keys instead: the committed versions of those keys are its
@@ -75,6 +78,7 @@ from offset_assets.versioned.errors import (
 )
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, ROWS_PER_PARTITION, small_run_settings
 from offset_assets.versioned.in_filter import in_values
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP, WarehouseFiles, noop_path, write_path
 from offset_assets.versioned.observed import ObservedAggregates
 from offset_assets.versioned.reads import TableReader, versions_bound
@@ -410,11 +414,14 @@ class HotDelta:
         return paths, None if listed is None else listed + (snapshot.row_count if snapshot else 0)
 
     def _candidates_within(self, low: Any, high: Any, paths: list[str]) -> DataFrame:
-        """Committed versions under `paths` whose first key column lies in [low, high]: a
-        filter Parquet answers from its statistics. Not semi-joined with the written keys:
-        the classification drops the candidates of keys nobody writes."""
-        column = F.col(f"`{self.table.primary_key[0]}`")
-        return self.table.reader.scan(paths).where(column.between(F.lit(low), F.lit(high)))
+        """Committed versions under `paths` whose first key column lies in [low, high], or
+        is NULL where the column may be: a filter Parquet answers from its statistics. Not
+        semi-joined with the written keys: the classification drops the candidates of keys
+        nobody writes."""
+        first = self.table.schema[self.table.primary_key[0]]
+        column = F.col(f"`{first.name}`")
+        within = column.between(F.lit(low), F.lit(high))
+        return self.table.reader.scan(paths).where(within | column.isNull() if first.nullable else within)
 
     def _replaced_candidates(self, replacing: Replacement, small: bool, paths: list[str],
                              committed: int | None) -> DataFrame:
@@ -455,20 +462,20 @@ class HotDelta:
         pk = table.primary_key
         scan = table.reader.scan(paths)
         keys = incoming.select(*pk)
+        nullable = nullable_columns(table.schema)
         if committed is not None and committed <= WHOLE_SCAN_ROWS:
-            return scan if small else scan.join(keys, on=pk, how="left_semi")
+            return scan if small else join_on_keys(scan, keys, pk, "left_semi", nullable)
         first = table.schema[pk[0]]
         if not isinstance(first.dataType, _PRUNABLE):
-            return scan.join(keys, on=pk, how="left_semi")
+            return join_on_keys(scan, keys, pk, "left_semi", nullable)
         if not small:
-            return scan.where(_within(incoming, pk[0])).join(keys, on=pk, how="left_semi")
+            return join_on_keys(scan.where(_within(incoming, pk[0])), keys, pk, "left_semi", nullable)
         # One partition, no join: the classification drops the candidates of keys not written.
-        if rows <= IN_LIST_ROWS:  # the first key column's values
+        if rows <= IN_LIST_ROWS:  # the first key column's values (a NULL among them: IS NULL)
             values = [row[0] for row in collect_instants(
                 incoming.coalesce(1).select(pk[0]).distinct(), [pk[0]],
-                timestamp_columns({pk[0]: table.schema[pk[0]].dataType}))]
-            written = [v for v in values if v is not None]
-            return scan.where(in_values(pk[0], written, table.schema[pk[0]].dataType) if written else F.lit(False))
+                timestamp_columns({pk[0]: first.dataType}))]
+            return scan.where(in_values(pk[0], values, first.dataType))
         return scan.where(_within(incoming.coalesce(1), pk[0]))
 
     def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int], refusal: Refusal | None) -> None:
@@ -483,7 +490,13 @@ class HotDelta:
             return [row.asDict() for row in found.limit(MAX_EXAMPLES).collect()]
 
         if counts.get(writes.BAD_KEY):
-            raise NullKeyError(table.name, f"null primary-key value in {pk}; nothing written")
+            required = [f.name for f in table.schema.fields if f.name in pk and not f.nullable]
+            raise NullKeyError(
+                table.name,
+                f"null in primary-key column(s) {required}, which the schema declares not nullable "
+                f"(a nullable key column takes NULL as a key), for key(s) {rows_of(writes.BAD_KEY, *pk)}; "
+                "nothing written",
+            )
         if counts.get(writes.BAD_OP):
             values = sorted(row[writes.BAD_OP_VALUE] for row in rows_of(writes.BAD_OP, writes.BAD_OP_VALUE))
             raise InvalidSysOpError(
@@ -612,13 +625,14 @@ def _write_sorted(frame: DataFrame, path: str, primary_key: Sequence[str]) -> Da
 
 
 def _within(incoming: DataFrame, column: str) -> Column:
-    """`column` between the smallest and the largest value `incoming` has in it (one
-    Spark job): a filter Parquet answers from its statistics, skipping the files and row
-    groups outside. No value (an empty write, only null keys): no candidate."""
-    low, high = incoming.agg(F.min(f"`{column}`"), F.max(f"`{column}`")).first()
-    if low is None:
-        return F.lit(False)
-    return F.col(f"`{column}`").between(F.lit(low), F.lit(high))
+    """`column` between the smallest and the largest value `incoming` has in it, or NULL
+    when `incoming` has a NULL in it (one Spark job): a filter Parquet answers from its
+    statistics (min and max, which ignore nulls, and null counts), skipping the files and
+    row groups outside. No value (an empty write): no candidate."""
+    name = f"`{column}`"
+    low, high, nulls = incoming.agg(F.min(name), F.max(name), F.max(F.col(name).isNull())).first()
+    condition = F.lit(False) if low is None else F.col(name).between(F.lit(low), F.lit(high))
+    return condition | F.col(name).isNull() if nulls else condition
 
 
 def _partitions(spark: SparkSession, rows: int) -> int:

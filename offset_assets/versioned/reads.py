@@ -15,7 +15,9 @@ n (if any) and the deltas after it, without tombstones. Filters on primary-key c
 apply to every file before the latest version is chosen (all versions of a key share
 them); filters on other columns apply to the snapshot before (it holds one version per
 key) and to the deltas after, so a filtered read of a compacted table prunes the large
-snapshot scan with Parquet filters.
+snapshot scan with Parquet filters. Both match NULL as a value (`where_in` with None, a
+`keys` row holding NULL), and a later version replaces a snapshot row of a NULL key as
+any other: a NULL key is a key (`key_joins.py`).
 
 Inside `broadcast_limit(rows)` (the engine builds its reads there) the anti-join that
 drops the snapshot rows replaced by later deltas is planned from the catalog, not from
@@ -42,6 +44,7 @@ from pyspark.sql.types import DoubleType, StructField, StructType
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.in_filter import in_values
+from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS
 from offset_assets.versioned.sql_text import case_when, quoted
 from offset_assets.versioned.table_schema import file_schema
@@ -95,6 +98,7 @@ class TableReader:
         self.primary_key = list(primary_key)
         self.file_schema = file_schema(schema)
         self.snapshot_schema = StructType([*self.file_schema.fields, StructField(UPDATE_TS, DoubleType(), True)])
+        self.nullable = nullable_columns(schema)  # the columns that can hold NULL, matched with `<=>`
 
     # -- building blocks ---------------------------------------------------------------
 
@@ -199,7 +203,7 @@ class TableReader:
                 replaced = latest.select(*self.primary_key)
                 if limit is not None and not bounded:
                     replaced = replaced.hint("merge")  # shuffled: not held whole by one JVM
-                base = base.join(replaced, on=self.primary_key, how="left_anti")
+                base = join_on_keys(base, replaced, self.primary_key, "left_anti", self.nullable)
             live = _apply(latest.where(f"{SYS_OP} = {OP_UPSERT}"), value_filters)
         parts = [p for p in (base, live) if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else self.scan([], with_update_ts)
@@ -246,15 +250,15 @@ class TableReader:
                     f"keys has none of the table's columns {columns}: {row_filter.keys.columns}",
                 )
             semi = row_filter.keys.select(*on)
-            (key_filters if set(on) <= set(self.primary_key) else value_filters).append((semi, on))
+            (key_filters if set(on) <= set(self.primary_key) else value_filters).append((semi, on, self.nullable))
         return key_filters, value_filters
 
 
 def _apply(df: DataFrame, filters: Sequence) -> DataFrame:
     for item in filters:
         if isinstance(item, tuple):
-            keys, on = item
-            df = df.join(keys, on=on, how="left_semi")
+            keys, on, nullable = item
+            df = join_on_keys(df, keys, on, "left_semi", nullable)
         else:
             df = df.where(item)
     return df

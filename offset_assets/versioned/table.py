@@ -150,7 +150,8 @@ class VersionedTable:
         """Actual records (as of committed delta `as_of_delta`, default the last one).
 
         `keys`: only records matching a row of `keys` on the table columns it has;
-        `where_in`: column -> allowed values, pushed down to the Parquet scan.
+        `where_in`: column -> allowed values, pushed down to the Parquet scan. Both match
+        NULL to NULL (a None value, a `keys` row holding NULL): a NULL key is a key.
         """
         return self.read_actual_bounded(as_of_delta, keys, where_in)[0]
 

@@ -4,7 +4,8 @@ Each incoming row is first reduced to its *state*: the data columns and sys_op, 
 non-key columns of a delete ignored (a delete is about a key). Then, per row:
 - a row the caller flags as refused (`Refusal`: the engine's rows for a
   transform key the batch did not process)                            -> refused;
-- bad input (null key, null in a non-nullable column, sys_op not 0/1)  -> refused;
+- bad input (null in a non-nullable column, key columns included,
+  sys_op not 0/1)                                                       -> refused;
 - two different states of one key in this write, or a state different from the one an
   earlier write gave the key in the same hot delta                      -> refused;
 - the same state as earlier in this write or hot delta                 -> collapses;
@@ -12,6 +13,11 @@ non-key columns of a delete ignored (a delete is about a key). Then, per row:
   is not in the actual state                                            -> no version;
 - otherwise a version: the upsert itself, or a tombstone (sys_op = 1) carrying the data
   of the version it deletes, so that change readers still see the deleted values.
+
+A NULL in a key column the schema declares nullable is a key value like any other: the
+rows whose key holds it are grouped as one key (SQL's GROUP BY does the same), so the
+table keeps at most one actual row for it. A key column declared not nullable refuses
+it, as any non-nullable column does.
 
 A write may replace the actual rows of some keys (`Replacement`: a transformation's
 output for the keys its batch processed): an actual row of those keys that the write
@@ -204,7 +210,7 @@ def classify(
         BAD_OP_VALUE, _BAD_NULL, *([_REFUSED] if refused else []), *looked_up,
     )
 
-    null_key = any_of(f"{k} IS NULL" for k in keys)
+    null_key = any_of(f"{quoted(f.name)} IS NULL" for f in schema.fields if f.name in primary_key and not f.nullable)
     branches = [(f"{_REFUSED} = 1", REFUSED)] if refused else []
     branches += [
         (null_key, BAD_KEY),
