@@ -178,7 +178,8 @@ def _malformed(value_schema: T.StructType, key_columns: Sequence[str], key_bad: 
     of the value whose text is there but whose typed value is not, else the value as a
     whole, else the message key a tombstone (or a value without the key's columns) needs,
     else a null value without a key."""
-    where = "concat('Kafka topic ', kafka_topic, ' partition ', kafka_partition, ' offset ', kafka_offset, ': ')"
+    where = ("concat('Kafka topic ', quote(kafka_topic), ' partition ', kafka_partition, ' offset ', kafka_offset, "
+             "': ')")
     branches = [
         (f"{_RAW}.{quoted(f.name)} IS NOT NULL AND {_VALUE}.{quoted(f.name)} IS NULL",
          f"concat({string_literal(f'column {f.name!r} holds ')}, {_shown(f'{_RAW}.{quoted(f.name)}')}, "
