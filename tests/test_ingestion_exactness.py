@@ -25,6 +25,7 @@ import json
 import os
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
@@ -124,6 +125,7 @@ class IngestionExactness(RuleBasedStateMachine):
     broker = None
     workdir = ""
     durations: list[float] = []
+    seen: Counter[str] = Counter()  # what the histories of a shard went through
 
     def __init__(self) -> None:
         super().__init__()
@@ -152,9 +154,10 @@ class IngestionExactness(RuleBasedStateMachine):
         self.durations.append(time.monotonic() - self.started)
 
     def job(self) -> IngestionJob:
+        order = ["seq"] if self.order_by_seq else ["kafka_partition", "kafka_offset"]
+
         def shaped(rows):  # the target's columns, sys_op and the order's columns
-            return rows.select("event_id", F.col("kind"), "amount", "sys_op", "kafka_partition", "kafka_offset",
-                               "seq")
+            return rows.select("event_id", F.col("kind"), "amount", "sys_op", *order)
 
         source = KafkaSource(self.broker.bootstrap_servers, [self.topic], value_schema=VALUE, message_key="event_id",
                              order_by="seq" if self.order_by_seq else None, timeout_s=10.0)
@@ -212,14 +215,15 @@ class IngestionExactness(RuleBasedStateMachine):
         malformed = [m for m in sent if m.reason is not None]
         valid = [m for m in sent if m.reason is None]
         while True:
-            expected_failure = self.expected_failure(sent, malformed, valid)
             ingestion = RangeIngestion(self.spark, self.plane, self.job(), self.warehouse)
+            expected_failure = self.expected_failure(malformed, valid)
             if expected_failure is None:
                 results = ingestion.run_pending()
                 break
             with pytest.raises(IngestionError) as refused:
                 ingestion.run_pending()
             expected_failure(refused.value)
+            self.seen[f"ranges refused: {type(refused.value.__cause__).__name__}"] += 1
             self.check_tables()  # a failed range commits nothing
         if not sent:
             assert results == []
@@ -235,11 +239,16 @@ class IngestionExactness(RuleBasedStateMachine):
             self.model.quarantine[message.source_key(self.topic)] = (message.value, message.reason, result.job_id)
         assert (result.rows_read, result.keys_written, result.superseded_in_range, result.rows_quarantined) == (
             len(sent), len(states), len(valid) - len(states), len(malformed))
+        for happened, what in [(len(valid) > len(states), "a key's rows superseded in a range"),
+                               (any(sys_op for _, _, sys_op in states.values()), "a key deleted by a tombstone"),
+                               (malformed, "records quarantined"), (self.order_by_seq, "ordered by seq")]:
+            if happened:
+                self.seen[what] += 1
         self.check_tables()
 
-    def expected_failure(self, sent: list[Message], malformed: list[Message], valid: list[Message]):
+    def expected_failure(self, malformed: list[Message], valid: list[Message]):
         """What the range must fail with now, as a check of the error (None: it succeeds);
-        the job is changed as the error says, for the retry."""
+        the job is changed as the error says, for the retry (the one run now was built)."""
         if malformed and self.on_malformed == "fail":
             first = min(malformed, key=lambda m: m.source_key(self.topic))
             self.on_malformed = "quarantine"
@@ -283,7 +292,9 @@ def test_ingested_ranges_equal_the_model_of_what_the_topic_sent(spark, kafka_bro
     IngestionExactness.broker = kafka_broker
     IngestionExactness.workdir = history_workdir
     IngestionExactness.durations = []
+    IngestionExactness.seen = Counter()
     started = time.monotonic()
     run_state_machine_as_test(seed(20261129 + shard)(lambda: IngestionExactness()), settings=SHARD_SETTINGS)
     durations = IngestionExactness.durations
-    print(f"ingestion exactness shard {shard}: {len(durations)} histories in {time.monotonic() - started:.0f} s")
+    print(f"ingestion exactness shard {shard}: {len(durations)} histories in {time.monotonic() - started:.0f} s; "
+          f"{dict(IngestionExactness.seen)}")
