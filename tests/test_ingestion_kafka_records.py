@@ -7,6 +7,12 @@ goes to the job's quarantine table in the range's commit)."""
 from __future__ import annotations
 
 import json
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 from pyspark.sql import functions as F
@@ -14,6 +20,7 @@ from pyspark.sql import types as T
 
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
+from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError
 from offset_assets.ranges.ingestion import QUARANTINE_KEY, QUARANTINE_SCHEMA, IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.kafka import KafkaSource
@@ -279,3 +286,67 @@ def test_values_that_do_not_fit_go_to_the_quarantine_table_in_the_range_commit_a
     # Read again (a refresh), the same records are quarantined already: no delta.
     (again,) = ingestion.refresh([DataRange(RangeKind.KAFKA_OFFSET, "{}", result.data_range.end)])
     assert (again.rows_quarantined, again.quarantine_delta_num, again.delta_num) == (3, None, None)
+
+
+@dataclass(frozen=True)
+class ReadThen(KafkaSource):
+    """A Kafka source that calls `after_read(data_range)` once it has read a range."""
+
+    after_read: Callable[[DataRange], None] | None = None
+
+    def read_range(self, spark, data_range):
+        batch = super().read_range(spark, data_range)
+        if self.after_read is not None:
+            self.after_read(data_range)
+        return batch
+
+
+def compacted_job(bootstrap_servers: str, topic: str, after_read=None, claim_policy=None) -> IngestionJob:
+    """Events of a compacted topic, at most 10,000 offsets of a partition per range."""
+    source = ReadThen(bootstrap_servers, [topic], value_schema=EVENT_VALUE, message_key="event_id", timeout_s=20.0,
+                      after_read=after_read)
+    return IngestionJob("events", source, KafkaOffsetPlanner(max_offsets_per_partition=10_000),
+                        TargetTable("events", ["event_id"], EVENT),
+                        **({"claim_policy": claim_policy} if claim_policy else {}))
+
+
+@pytest.mark.slow
+@pytest.mark.sigkill
+def test_a_compacted_topic_ingested_in_ranges_with_a_killed_range_leaves_the_last_message_per_key(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("compacted", partitions=3)
+    # 100,000 messages over 10,000 keys, each key in its own partition (key % 3), one in
+    # ten a tombstone; what a compacted topic keeps: each key's last message, deleted keys absent.
+    rng = random.Random(54)
+    by_partition: list[list[tuple[str, str | None]]] = [[], [], []]
+    last: dict[int, tuple | None] = {}
+    for i in range(100_000):
+        key = rng.randrange(10_000)
+        if rng.random() < 0.1:
+            by_partition[key % 3].append(tombstone(key))
+            last[key] = None
+        else:
+            by_partition[key % 3].append(event(key, f"v{i % 7}", float(i)))
+            last[key] = (key, f"v{i % 7}", float(i))
+    for partition, messages in enumerate(by_partition):
+        kafka_broker.send(topic, messages, partition=partition)
+    plane = connect(sqlite_url)
+
+    # The child reads its ranges in order and is SIGKILLed once it has read the second.
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.kafka_compaction_runner", sqlite_url, warehouse,
+         kafka_broker.bootstrap_servers, topic, "2"], capture_output=True, text=True, timeout=900)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    assert [r.status for r in JobLog(plane).history("events")] == ["SUCCESS", "RUNNING"]
+
+    dead = ClaimPolicy(is_run_dead=lambda run_id: run_id == "child-run")
+    ingestion = RangeIngestion(spark, plane, compacted_job(kafka_broker.bootstrap_servers, topic,
+                                                           claim_policy=dead), warehouse)
+    results = []
+    while batch := ingestion.run_pending(run_id="retry"):
+        results.extend(batch)
+    # The killed range, taken over and read again, then the two after it: all but the first 3 x 10,000.
+    assert results[0].took_over_run_id == "child-run" and len(results) == 3
+    assert sum(r.rows_read for r in results) == 100_000 - 30_000
+    assert [r.status for r in JobLog(plane).history("events")] == ["SUCCESS"] * 4
+    assert events(spark, plane, warehouse) == sorted(state for state in last.values() if state is not None)
