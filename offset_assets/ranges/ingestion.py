@@ -445,6 +445,10 @@ class RangeIngestion:
                     f"and the transform's output has no {SYS_OP!r} column: keep it, or they would be written "
                     "as upserts")
         else:
+            absent = [c for c in order.columns if c not in given] if order else []
+            if absent:
+                raise IngestionError(f"job {self.job.name!r}: the source orders a key's rows by column(s) {absent}, "
+                                     f"which its rows lack (they have {sorted(given)})")
             wanted = list(dict.fromkeys(c for c in [*target.schema.fieldNames(), SYS_OP,
                                                     *(order.columns if order else [])] if c in given))
             missing = [c for c in target.primary_key if c not in batch.deletes_keyed_by]

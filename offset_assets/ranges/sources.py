@@ -229,14 +229,17 @@ class SqlTableSource:
             raise SourceError(f"{self._where}: order_by column {self.order_by!r} is "
                               f"{table.c[self.order_by].type}; a number, a date or a timestamp orders rows")
         column, kind, lower, upper, end = self._range_bounds(table, data_range)
-        # A row is named by the table's primary key when it is read, else by the range column.
+        # A row is named by the table's primary key when it is read, else by its id, else by
+        # all its columns (a time column may hold one instant for many rows).
         key = [c.name for c in table.primary_key.columns]
+        if not key or not set(key) <= set(names):
+            key = [column.name] if kind == "id" and column.name in names else names
         whole = SlicedRead(
             url=self.url, table=self.table, db_schema=self.db_schema,
             columns=tuple((c.name, c.type) for c in selected), schema=schema,
             range_column=column.name, range_type=column.type, kind=kind,
             bounds=(lower, upper), fetch_size=self.fetch_size,
-            key_columns=tuple(key if key and set(key) <= set(names) else [column.name]),
+            key_columns=tuple(key),
         )
         rows = whole.count_rows()
         count = self.slices or slice_count(rows, self.rows_per_slice, session_parallelism(spark))
