@@ -136,7 +136,7 @@ def test_the_descending_order_mirrors_numbers_dates_and_timestamps_with_nulls_la
     }
     for type_name, ordered in values.items():
         frame = spark.createDataFrame([(i, v) for i, v in enumerate(ordered)], f"i int, v {type_name}")
-        mirrored = frame.selectExpr("i", f"{descending('v', frame.schema['v'].dataType)} AS d")
+        mirrored = frame.selectExpr("i", f"named_struct({descending('v', frame.schema['v'].dataType)}) AS d")
         by_descending = [r.i for r in mirrored.orderBy("d").collect()]
         # Ascending Spark order: nulls first, then the values; mirrored: the values from
         # the highest down, nulls last.

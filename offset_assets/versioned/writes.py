@@ -157,27 +157,28 @@ class StateOrder:
 
 
 def descending(column: str, data_type: DataType) -> str:
-    """SQL text of a value that orders the rows of `column` (of `data_type`) the other way
-    round: nulls last, then the values from the highest down (for doubles, NaN, which Spark
-    orders above every number, first). No arithmetic that can overflow: the bitwise
-    complement of an integer is its mirror image."""
+    """SQL text of the fields of a struct (`'name', value, ...`, for `named_struct`) that
+    orders the rows of `column` (of `data_type`) the other way round: nulls last, then the
+    values from the highest down (for doubles, NaN, which Spark orders above every number,
+    first). No arithmetic that can overflow: the bitwise complement of an integer is its
+    mirror image."""
     value = quoted(column)
     if isinstance(data_type, IntegralType):
-        mirrored = f"~{value}"
+        mirrored = f"'v', ~{value}"
     elif isinstance(data_type, DecimalType):
-        mirrored = f"-{value}"
+        mirrored = f"'v', -{value}"
     elif isinstance(data_type, FloatType | DoubleType):
-        mirrored = f"named_struct('n', NOT isnan({value}), 'v', -{value})"
+        mirrored = f"'number', NOT isnan({value}), 'v', -{value}"
     elif isinstance(data_type, DateType):
-        mirrored = f"~unix_date({value})"
+        mirrored = f"'v', ~unix_date({value})"
     elif isinstance(data_type, TimestampType):
-        mirrored = f"~unix_micros({value})"
+        mirrored = f"'v', ~unix_micros({value})"
     elif isinstance(data_type, TimestampNTZType):
-        mirrored = f"~timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', {value})"
+        mirrored = f"'v', ~timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', {value})"
     else:
         raise TypeError(f"an order column must be a number, a date or a timestamp, {column!r} is "
                         f"{data_type.simpleString()}")
-    return f"named_struct('null', {value} IS NULL, 'v', {mirrored})"
+    return f"'null', {value} IS NULL, {mirrored}"
 
 
 # The key has an actual row: its newest committed version (`__actual`) is an upsert.
@@ -259,7 +260,7 @@ def classify(
         extra = [f"{quoted(order.order_by)} AS {_ORDER}",
                  *([f"{quoted(order.within)} AS {_WITHIN}"] if order.within else [])]
         ordered = [f"named_struct('o', {_ORDER}, 's', {state}) AS {_LAST_ORDERED}",
-                   f"named_struct('o', {descending(_ORDER, order_type)}, 's', {state}) AS {_FIRST_ORDERED}",
+                   f"named_struct({descending(_ORDER, order_type)}, 's', {state}) AS {_FIRST_ORDERED}",
                    *([f"{state} AS {_INCOMING}", _WITHIN] if within else [])]
         first_state, last_state = f"min({_FIRST_ORDERED}).s", f"max({_LAST_ORDERED}).s"
         rows = f"count({_LAST_ORDERED})"
