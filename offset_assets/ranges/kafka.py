@@ -55,8 +55,9 @@ from offset_assets.versioned.sql_text import case_when, quoted, string_literal, 
 from offset_assets.versioned.writes import StateOrder
 
 Offsets = dict[str, dict[str, int]]
-# How a range's messages are ordered, without a declared `order_by`: offsets, within a partition.
-OFFSET_ORDER = StateOrder("kafka_offset", within="kafka_partition")
+# How a range's messages are ordered, without a declared `order_by`: offsets, within a
+# partition, where no two messages share one.
+OFFSET_ORDER = StateOrder("kafka_offset", within="kafka_partition", unique=True)
 # The parsed value and message key of `with_values_expanded`; the corrupt record's column.
 _VALUE, _RAW, _KEY, _BAD = "__value", "__raw_value", "__message_key", "__does_not_fit"
 

@@ -114,7 +114,9 @@ class SqlTableSource:
     `order_by`: a number, date or timestamp column that orders the rows of one key (an
     append-only change log's sequence or change time, read with the other columns): of
     several rows of one key in a range, the one with the highest value gives the key's
-    state. Without it, different rows of one key in one range refuse the range.
+    state, and two different rows at that value refuse the range (unless the column is
+    the table's primary key or unique: then they cannot tie, and the write does not look).
+    Without it, different rows of one key in one range refuse the range.
 
     A value the column's declared type cannot hold (SQLite keeps `'many'` in an INTEGER
     column) fails the range naming the row's key (the table's primary key, else the range
@@ -214,10 +216,11 @@ class SqlTableSource:
             end_id = max(self.max_id() or start_id, start_id)
         return column, "id", start_id, end_id, str(end_id)
 
-    def _plan_read(self, spark: SparkSession, data_range: DataRange) -> tuple[SlicedRead, str, int]:
-        """The range's slices (a Spark-free plan), the end reached and the range's row
-        count. Everything that can fail before Spark does here: reflection, a missing
-        column, a bad bound."""
+    def _plan_read(self, spark: SparkSession, data_range: DataRange
+                   ) -> tuple[SlicedRead, str, int, StateOrder | None]:
+        """The range's slices (a Spark-free plan), the end reached, the range's row count
+        and the order of its rows. Everything that can fail before Spark does here:
+        reflection, a missing column, a bad bound."""
         table = self._reflect()
         names = list(self.columns or table.c.keys())
         if self.order_by is not None and self.order_by not in names:
@@ -243,14 +246,25 @@ class SqlTableSource:
         )
         rows = whole.count_rows()
         count = self.slices or slice_count(rows, self.rows_per_slice, session_parallelism(spark))
-        return replace(whole, bounds=tuple(slice_bounds(kind, lower, upper, count))), end, rows
+        return replace(whole, bounds=tuple(slice_bounds(kind, lower, upper, count))), end, rows, self._order(table)
+
+    def _order(self, table: sa.Table) -> StateOrder | None:
+        """The order of the rows of one key: `order_by`, whose values are unique when it is
+        the table's primary key or has a unique constraint or index of its own."""
+        if self.order_by is None:
+            return None
+        alone = [self.order_by]
+        unique = ([c.name for c in table.primary_key.columns] == alone
+                  or any(isinstance(c, sa.UniqueConstraint) and [col.name for col in c.columns] == alone
+                         for c in table.constraints)
+                  or any(index.unique and [col.name for col in index.columns] == alone for index in table.indexes))
+        return StateOrder(self.order_by, unique=unique)
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
-        plan, end, rows = self._plan_read(spark, data_range)
+        plan, end, rows, order = self._plan_read(spark, data_range)
         ids = None
         if plan.kind == "id":  # ids (lower, upper]: a key range a write can bound its lookups by
             ids = (plan.range_column, plan.bounds[0] + 1, plan.bounds[-1])
-        order = StateOrder(self.order_by) if self.order_by is not None else None
 
         def read_marked() -> SourceBatch:
             # The slices planned above, read once, with their malformed records marked.

@@ -24,9 +24,9 @@ with the highest order value: the earlier rows are superseded (counted, never st
 Two different states at that highest value are still refused, and so are different
 states of a key in rows whose order values do not compare (`within`: offsets order the
 messages of one partition only). The order is found by the same grouping: the largest
-(order, state) pair gives the last state, the smallest (descending order, state) pair the
-smallest state at that order, so a key with one state at its top costs no more than an
-unordered write's min and max.
+(order, state) pair gives the last state and, unless the order's values are unique
+(offsets, a primary key), the smallest (mirrored order, state) pair the smallest state at
+that order.
 
 Counts are per key: a key's rows are grouped once, and the smallest and the largest of
 its states (structs, ordered as Spark orders them) tell whether it has one state or
@@ -145,11 +145,14 @@ class StateOrder:
     `order_by` value gives the key's state (a number, a date or a timestamp; a null is
     lower than any value). `within`: a column whose value the order holds within only
     (a Kafka partition, for its offsets): rows of one key with different states and
-    different `within` values refuse the write. Neither column is stored unless it is
-    one of the table's."""
+    different `within` values refuse the write. `unique`: no two rows of one `within`
+    value hold one `order_by` value (offsets, a primary key): the write then looks for
+    no tie at a key's highest order, an aggregate less (a tie would otherwise refuse it).
+    Neither column is stored unless it is one of the table's."""
 
     order_by: str
     within: str | None = None
+    unique: bool = False
 
     @property
     def columns(self) -> list[str]:
@@ -260,9 +263,12 @@ def classify(
         extra = [f"{quoted(order.order_by)} AS {_ORDER}",
                  *([f"{quoted(order.within)} AS {_WITHIN}"] if order.within else [])]
         ordered = [f"named_struct('o', {_ORDER}, 's', {state}) AS {_LAST_ORDERED}",
-                   f"named_struct({descending(_ORDER, order_type)}, 's', {state}) AS {_FIRST_ORDERED}",
+                   *([] if order.unique else
+                     [f"named_struct({descending(_ORDER, order_type)}, 's', {state}) AS {_FIRST_ORDERED}"]),
                    *([f"{state} AS {_INCOMING}", _WITHIN] if within else [])]
-        first_state, last_state = f"min({_FIRST_ORDERED}).s", f"max({_LAST_ORDERED}).s"
+        last_state = f"max({_LAST_ORDERED}).s"
+        # Unique order values cannot tie: the last state is the first one at the top.
+        first_state = last_state if order.unique else f"min({_FIRST_ORDERED}).s"
         rows = f"count({_LAST_ORDERED})"
     flag = [f"CAST(coalesce({quoted(refused)}, false) AS INT) AS {_REFUSED}"] if refused else []
     parts = [
