@@ -15,6 +15,7 @@ profile (driver time and Spark jobs per phase). Writes `docs/bench/ingest/ingest
     .venv/bin/python -m bench.ingest                          # 5,000,000 rows + 10,000
     .venv/bin/python -m bench.ingest --rows 1000000 --out /tmp/ingest_1m.json
     .venv/bin/python -m bench.ingest --master standalone --out docs/bench/ingest/cluster.json
+    .venv/bin/python -m bench.ingest --rows 1000000 --order-by id --out /tmp/ingest_ordered.json
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def timed_load(ingestion: RangeIngestion, run_id: str, source: SqlTableSource, p
     }
 
 
-def run(rows: int, increment: int, master: str, workdir: Path) -> dict:
+def run(rows: int, increment: int, master: str, workdir: Path, order_by: str | None = None) -> dict:
     source_db = workdir / "source.db"
     started = time.perf_counter()
     add_customers(source_db, 1, rows)
@@ -94,16 +95,18 @@ def run(rows: int, increment: int, master: str, workdir: Path) -> dict:
                                   conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                                         **cluster_conf})
         try:
-            return load_twice(spark, source_db, workdir, rows, increment, master, filled_s)
+            return load_twice(spark, source_db, workdir, rows, increment, master, filled_s, order_by)
         finally:
             spark.stop()  # before its cluster goes
 
 
 def load_twice(spark: SparkSession, source_db: Path, workdir: Path, rows: int, increment: int, master: str,
-               filled_s: float) -> dict:
-    """The first load of the source, then `increment` more rows ingested as one range."""
+               filled_s: float, order_by: str | None = None) -> dict:
+    """The first load of the source, then `increment` more rows ingested as one range;
+    with `order_by`, the source's rows of one key are ordered by it (the write reduces
+    them to the last: the ordered classification, on rows that have one per key)."""
     spark.sparkContext.setLogLevel("ERROR")
-    source = SqlTableSource(f"sqlite:///{source_db}", "customers", id_column="id")
+    source = SqlTableSource(f"sqlite:///{source_db}", "customers", id_column="id", order_by=order_by)
     job = IngestionJob("raw_customers", source, AutoIncrementIdPlanner(),
                        TargetTable("raw_customers", ["id"], CUSTOMERS))
     ingestion = RangeIngestion(spark, connect(f"sqlite:///{workdir / 'control_plane.db'}"), job,
@@ -113,7 +116,7 @@ def load_twice(spark: SparkSession, source_db: Path, workdir: Path, rows: int, i
     add_customers(source_db, rows + 1, increment)
     second = timed_load(ingestion, "increment", source, parallelism)
     return {
-        "source_rows": rows, "increment_rows": increment, "master": master,
+        "source_rows": rows, "increment_rows": increment, "master": master, "order_by": order_by,
         "driver_memory": spark.conf.get("spark.driver.memory", "1g"),
         "parallelism": parallelism,
         "rows_per_slice": source.rows_per_slice, "fetch_size": source.fetch_size,
@@ -128,12 +131,15 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]",
                         help="local[N], spark://host:port, or standalone (a throwaway cluster of this machine's cores)")
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--order-by", default=None,
+                        help="the source's order_by column (e.g. id): the write keeps a key's last row by it")
     args = parser.parse_args()
     # A driver of this process: its tasks' Python workers run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as workdir:
         report = {"commit": git_commit(), "command": " ".join([".venv/bin/python -m bench.ingest", *sys.argv[1:]]),
-                  "cpus": os.cpu_count(), **run(args.rows, args.increment, args.master, Path(workdir))}
+                  "cpus": os.cpu_count(), **run(args.rows, args.increment, args.master, Path(workdir),
+                                                args.order_by)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")

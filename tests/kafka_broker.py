@@ -169,6 +169,17 @@ class KafkaBroker:
         finally:
             consumer.close()
 
+    def send(self, topic: str, messages: Sequence[tuple[str | None, str | None]], partition: int = 0) -> None:
+        """Plain (idempotent) messages given as (key, value), either of them None (a
+        tombstone: a key and no value), flushed before returning."""
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "enable.idempotence": True})
+        for key, value in messages:
+            producer.produce(topic, key=key, value=value, partition=partition)
+        if producer.flush(10):
+            raise RuntimeError(f"messages to {topic}[{partition}] not delivered within 10 s")
+
     def transaction(self, topic: str, values: Sequence[str], partition: int = 0,
                     commit: bool = True) -> None:
         """Messages in one transaction, committed or aborted; either way a transaction

@@ -28,8 +28,14 @@ def state(tmp_path, monkeypatch):
 
 
 def send_orders(broker, topic: str, *orders: tuple[int, int, int], partition: int = 0) -> None:
-    broker.produce(topic, [json.dumps({"order_id": o, "customer_id": c, "amount_cents": a})
-                           for o, c, a in orders], partition=partition)
+    """Order events keyed by order id, as the example's topic is."""
+    broker.send(topic, [(str(o), json.dumps({"order_id": o, "customer_id": c, "amount_cents": a}))
+                        for o, c, a in orders], partition=partition)
+
+
+def cancel_orders(broker, topic: str, *order_ids: int, partition: int = 0) -> None:
+    """Tombstones: an order's key and no value."""
+    broker.send(topic, [(str(o), None) for o in order_ids], partition=partition)
 
 
 def totals(defs: dg.Definitions) -> dict[int, tuple[int, int]]:
@@ -56,3 +62,11 @@ def test_order_events_are_ingested_range_by_range_and_totals_follow_only_the_cha
         assert totals(defs) == {7: (2, 1250), 8: (2, 600), 9: (1, 300)}
         assert (second["changed_keys"], second["processed_keys"]) == (2, 2)
         assert ingest_due_ranges(defs, "order_events", instance) == []
+
+        # An order sent again replaces its row (twice in one range: the last one wins), and
+        # a cancelled order (a tombstone) leaves its customer's total.
+        send_orders(kafka_broker, topic, (1, 7, 1100), (1, 7, 1500), partition=0)
+        cancel_orders(kafka_broker, topic, 5, partition=1)
+        assert ingest_due_ranges(defs, "order_events", instance) == [f"kafka:{topic}/0@2,{topic}/1@3"]
+        update_totals(defs, instance)
+        assert totals(defs) == {7: (2, 1750), 8: (1, 500), 9: (1, 300)}

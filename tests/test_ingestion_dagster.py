@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 import pytest
 import sqlalchemy as sa
+from pyspark.sql import types as T
 
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
@@ -312,3 +313,37 @@ def test_run_keys_of_the_same_range_differ_after_the_control_plane_is_recreated(
         time.sleep(0.01)
     assert keys[0].startswith("id:0-1#1@") and keys[1].startswith("id:0-1#1@")
     assert keys[0] != keys[1]
+
+
+# Customers as a change log's rows become: keyed by customer.
+BY_CUSTOMER = T.StructType([T.StructField("customer_id", T.LongType(), False), CUSTOMERS["name"], CUSTOMERS["city"]])
+
+
+def test_a_range_reports_its_keys_superseded_rows_and_quarantined_records_and_the_check_warns(
+        spark, sqlite_url, warehouse, tmp_path, resources, stack):
+    url = f"sqlite:///{tmp_path / 'changes.db'}"
+    execute(url, "CREATE TABLE changes (id INTEGER PRIMARY KEY AUTOINCREMENT, customer_id INTEGER, name TEXT, "
+                 "city TEXT)")
+    execute(url, "INSERT INTO changes (customer_id, name, city) VALUES (1, 'ann', 'Oslo'), (1, 'ann', 'Rome'), "
+                 "('one', 'bob', 'Lima'), (2, 'cid', 'Kyiv')")
+    job = IngestionJob("changes", SqlTableSource(url, "changes", id_column="id", order_by="id"),
+                       AutoIncrementIdPlanner(), TargetTable("changes", ["customer_id"], BY_CUSTOMER),
+                       transform=lambda rows: rows.selectExpr("customer_id", "name", "city", "id"),
+                       on_malformed="quarantine")
+    asset = ingestion_asset(job)
+    assert [spec.name for spec in asset.check_specs] == ["malformed_records"]
+    assert list(ingestion_asset(daily_job(url)).check_specs) == []  # a job that fails on them has no check
+    instance = stack.enter_context(dg.instance_for_test())
+    instance.add_dynamic_partitions("changes_ranges", ["id:0-4"])
+    run = dg.materialize([asset], partition_key="id:0-4", resources=resources, instance=instance)
+    meta = metadata_of(run, "changes")
+    assert {k: meta[k] for k in ("rows_read", "keys_written", "superseded_in_range", "rows_quarantined",
+                                 "rows_upserted", "quarantine_delta_num")} == {
+        "rows_read": 4, "keys_written": 2, "superseded_in_range": 1, "rows_quarantined": 1, "rows_upserted": 2,
+        "quarantine_delta_num": 1}
+    (check,) = run.get_asset_check_evaluations()
+    assert (check.check_name, check.passed, check.severity) == ("malformed_records", False,
+                                                               dg.AssetCheckSeverity.WARN)
+    assert check.description == "1 malformed record(s) set aside in 'changes__quarantine'"
+    assert check.metadata["partition_keys"].value == ["id:0-4"]
+

@@ -144,7 +144,8 @@ def test_over_spark_connect_the_server_reads_the_slices(connect_server, tmp_path
     assert story["task_jvms"] == [f"{connect_server.process.pid} org.apache.spark.deploy.SparkSubmit"]
 
 
-def test_a_value_the_column_type_cannot_hold_fails_the_read_naming_the_table_and_column(tmp_path, spark):
+def test_a_value_the_column_type_cannot_hold_fails_the_read_naming_the_row_column_and_value_or_is_marked(
+        tmp_path, spark):
     url = f"sqlite:///{tmp_path / 'loose.db'}"
     engine = sa.create_engine(url)
     with engine.begin() as conn:  # SQLite keeps text that does not look like a number as text
@@ -155,8 +156,16 @@ def test_a_value_the_column_type_cannot_hold_fails_the_read_naming_the_table_and
     first = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "0", "1"))
     assert [tuple(row) for row in first.df.collect()] == [(1, 2.0, 5)]
     both = source.read_range(spark, DataRange(RangeKind.AUTO_INC_ID, "0", "2"))
-    with pytest.raises(PythonException, match="'stock' at .*loose.db: column 'qty' holds a value that is not bigint"):
+    with pytest.raises(PythonException, match="MalformedValueError: SQL source 'stock' at .*loose.db: "
+                                              "row {\"id\": 2}: column 'qty' holds 'many', which is not bigint"):
         both.df.collect()
+    # A marked read nulls the value and describes the row, for a job that quarantines it.
+    marked = both.read_marked()
+    assert marked.malformed == 1
+    assert [tuple(row)[:3] for row in marked.df.orderBy("id").collect()] == [(1, 2.0, 5), (2, 2.5, None)]
+    assert marked.df.where("__malformed IS NOT NULL").select("__malformed.*").collect()[0].asDict() == {
+        "source_key": '{"id": 2}', "raw_value": '{"id": 2, "price": 2.5, "qty": "many"}',
+        "reason": "SQL source 'stock' row {\"id\": 2}: column 'qty' holds 'many', which is not bigint"}
 
 
 def test_a_window_over_a_date_column_read_in_slices_holds_each_day_once(tmp_path, spark):

@@ -6,6 +6,10 @@ Each ingestion range is a partition of `order_events` (`kafka:<topic>/<partition
 the offsets it starts at): the sensor plans the next range from the committed offsets in
 job_log, and the run reads up to the partitions' last stable offsets, in read-committed
 mode, on the Spark executors. The offsets reached are committed with the rows.
+
+The topic is keyed by order id, as a compacted topic is: an order sent again replaces its
+row (the last message of an order in a range wins, by offset), and a message with the
+order's key and no value (a tombstone) deletes it.
 """
 
 import os
@@ -29,8 +33,9 @@ from offset_assets.dagster_adapter import (
     ingestion_asset,
 )
 
-# A message's value, e.g. {"order_id": 1, "customer_id": 7, "amount_cents": 1200}: the
-# source expands it into these columns (beside kafka_topic, kafka_partition, kafka_offset, ...).
+# A message's value, e.g. {"order_id": 1, "customer_id": 7, "amount_cents": 1200}, its key
+# the order id ("1"): the source expands it into these columns (beside kafka_topic,
+# kafka_partition, kafka_offset, ...).
 ORDER_EVENT = T.StructType([
     T.StructField("order_id", T.LongType(), False),
     T.StructField("customer_id", T.LongType(), True),
@@ -44,10 +49,11 @@ CUSTOMER_TOTALS = T.StructType([
 
 
 def order_events_job(bootstrap_servers: str, topic: str) -> IngestionJob:
-    """The topic's messages, keyed by order: an order sent again replaces its row."""
+    """The topic's messages, keyed by order: an order sent again replaces its row, and a
+    tombstone (the order's key, no value) deletes it."""
     return IngestionJob(
         name="order_events",
-        source=KafkaSource(bootstrap_servers, [topic], value_schema=ORDER_EVENT),
+        source=KafkaSource(bootstrap_servers, [topic], value_schema=ORDER_EVENT, message_key="order_id"),
         # At most 10,000 offsets of each partition per range: a backlog becomes several ranges.
         planner=KafkaOffsetPlanner(max_offsets_per_partition=10_000),
         target=TargetTable("order_events", ["order_id"], ORDER_EVENT),

@@ -24,6 +24,10 @@ load) is one partition per bounded range (`AutoIncrementIdPlanner.max_range_size
 in order, each committed on its own. What a run reports
 is built in `ingestion_report.py`.
 
+A job that quarantines malformed records (`on_malformed="quarantine"`) gets the asset
+check `malformed_records`: it warns when a run set records aside, naming the quarantine
+table and the partitions.
+
 Like `incremental_asset`, the body takes its Spark session, control plane and
 warehouse from the typed `IncrementalEngineResource` (resource key
 `incremental_engine`); the `OffsetIOManager` under `io_manager_key` serves the ingested
@@ -54,14 +58,15 @@ from offset_assets.dagster_adapter.asset_spec import (
 )
 from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.ingestion_report import ingestion_metadata
+from offset_assets.dagster_adapter.ingestion_report import ingestion_metadata, quarantine_check_result
 from offset_assets.dagster_adapter.partitions import range_for_partition, time_window_partitions
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.ranges.errors import RangeOrderError
-from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, RangeResult, is_open_window
+from offset_assets.ranges.ingestion import IngestionJob, OnMalformed, RangeIngestion, RangeResult, is_open_window
 from offset_assets.ranges.planners import DataRange, TimeWindowPlanner
 
 REFRESH_TAG = "offset_assets/refresh"
+QUARANTINE_CHECK = "malformed_records"
 _FALSE_VALUES = frozenset({"false", "0", "no", "off", ""})
 
 # The job each ingestion asset was built from, by the asset's op: `Definitions` copies an
@@ -130,6 +135,12 @@ def ingestion_asset(
             "pass feeds=<the asset whose table it writes>"
         )
     partitions_def = ingestion_partitions(job, end_offset)
+    quarantines = job.on_malformed == OnMalformed.QUARANTINE
+    check_specs = [*asset_kwargs.pop("check_specs", [])]
+    if quarantines:
+        check_specs.append(dg.AssetCheckSpec(
+            QUARANTINE_CHECK, asset=asset_key,
+            description=f"Warns when a range set malformed records aside in {job.quarantine_name!r}."))
     writes = (f"the versioned table {job.target.name!r}" if feeds is None else
               f"the versioned table {job.target.name!r} of asset {read_as.to_user_string()}")
 
@@ -151,6 +162,7 @@ def ingestion_asset(
             "offset_assets/source_type": job.source.source_type,
             **(metadata or {}),
         },
+        check_specs=check_specs or None,
         **asset_kwargs,
     )
     def _ingest(context: dg.AssetExecutionContext,
@@ -176,7 +188,8 @@ def ingestion_asset(
                 raise dg.Failure(description=f"{job.name} range {key}: {exc}") from exc
             results.append((key, result))
         row_count = incremental_engine.row_counts([read_as]).get(read_as)
-        return dg.MaterializeResult(metadata=ingestion_metadata(results, row_count))
+        checks = [quarantine_check_result(results, job.quarantine_name, QUARANTINE_CHECK)] if quarantines else []
+        return dg.MaterializeResult(metadata=ingestion_metadata(results, row_count), check_results=checks)
 
     _JOBS_BY_OP[_ingest.op] = job
     return _ingest

@@ -13,11 +13,13 @@ from offset_assets.errors import OffsetAssetsError
 __all__ = [
     "ClaimLostError",
     "IngestionError",
+    "MalformedValueError",
     "PlanningError",
     "RangeClaimError",
     "RangeDoneError",
     "RangeHeldError",
     "RangeOrderError",
+    "SeveralStatesError",
     "SourceError",
 ]
 
@@ -36,3 +38,14 @@ class SourceError(OffsetAssetsError):
 
 class IngestionError(OffsetAssetsError):
     """Ingesting a range failed; the range is logged FAILURE and nothing of it committed."""
+
+
+class MalformedValueError(SourceError):
+    """A source record holds a value that does not fit its declared type (a Kafka value
+    against `value_schema`, a SQL value against its column's type); the message names the
+    record (topic, partition and offset, or the source row's key), the column and the value."""
+
+
+class SeveralStatesError(IngestionError):
+    """A range holds different states of one key and the job gives no order that decides
+    between them; the message names the keys and the option that orders them."""

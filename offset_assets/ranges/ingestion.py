@@ -21,6 +21,18 @@ always as a refresh, and its job_log row records end = start, the mark of a rang
 holds nothing. Its rows are committed, but the pointer does not move past the window,
 and once the window has closed the planner runs it again, whole: rows that changed after
 the early run are ingested then, the others create no version.
+
+What a range's rows become (`_shape`, `_write`):
+- several rows of one key are reduced to the last by the source's own order
+  (`SourceBatch.order`: a Kafka partition's offsets, a declared `order_by` column) in the
+  write's own grouping (`versioned.writes.StateOrder`): no Spark job of its own. The
+  order's columns go through a `transform` as columns of its output; a transform that
+  drops them leaves the rows unordered, and a key's different states then refuse the
+  range, saying which columns to keep;
+- a row with `sys_op` 1 deletes its key (a Kafka tombstone);
+- a record whose values do not fit (`SourceBatch.malformed`) fails the range naming it
+  (`on_malformed="fail"`), or goes with its raw value and the reason to the job's
+  quarantine table (`"quarantine"`), committed in the range's transaction.
 """
 
 from __future__ import annotations
@@ -32,11 +44,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from pyspark.errors import PythonException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
 from sqlalchemy import Connection
 
 from offset_assets.control_plane.database import ControlPlane
@@ -47,7 +60,7 @@ from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
 from offset_assets.engine.profile import Profiler, RunProfile
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
-from offset_assets.ranges.errors import IngestionError, PlanningError
+from offset_assets.ranges.errors import IngestionError, MalformedValueError, PlanningError, SeveralStatesError
 from offset_assets.ranges.planners import (
     AutoIncrementIdPlanner,
     DataRange,
@@ -60,12 +73,15 @@ from offset_assets.ranges.planners import (
     parse_time,
     recorded_end,
 )
-from offset_assets.ranges.sources import RangeSource, SourceBatch
+from offset_assets.ranges.sources import MALFORMED, RangeSource, SourceBatch
 from offset_assets.versioned.commit import commit_transaction
+from offset_assets.versioned.errors import ConflictingStatesError, UnorderedStatesError
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
 from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.sql_text import string_literal
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import column_types, validate_table_name
+from offset_assets.versioned.writes import StateOrder, WriteStats
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +89,27 @@ TARGET_TYPE = "versioned_table"
 SYS_OP = "sys_op"
 # The holder of an ingestion's hot delta: `ingestion:<job name>` (run id beside it).
 HOLDER_PREFIX = "ingestion:"
+
+# The quarantine table of a job's malformed records: one row per record of a source
+# (a Kafka message's `topic/partition@offset`, a SQL row's key as JSON), with the value as
+# the source sent it, why it does not fit, and the job_log row of the range that read it.
+QUARANTINE_KEY = ["job_name", "source_key"]
+QUARANTINE_SCHEMA = StructType([
+    StructField("job_name", StringType(), False),
+    StructField("source_key", StringType(), False),
+    StructField("raw_value", StringType(), True),
+    StructField("reason", StringType(), True),
+    StructField("job_id", LongType(), True),
+])
+
+
+class OnMalformed(StrEnum):
+    """What a range does with a record whose values do not fit their declared type: fail
+    (naming it: nothing is committed, and the range is retried as it is once the source or
+    the job is fixed), or set it aside in the job's quarantine table and ingest the rest."""
+
+    FAIL = "fail"
+    QUARANTINE = "quarantine"
 
 
 @dataclass(frozen=True)
@@ -90,7 +127,15 @@ class IngestionJob:
 
     `name` is the job_name of its job_log rows (the Dagster asset name). `transform`
     shapes source rows into the target's columns; without it the target's columns (and
-    `sys_op` when present) are selected from the source rows.
+    `sys_op` when present) are selected from the source rows. A transform keeps `sys_op`
+    (a Kafka tombstone's delete) and the source's order columns (a Kafka range's
+    `kafka_partition` and `kafka_offset`, a declared `order_by`) in its output: they
+    decide which of several rows of one key is its state, and are not stored unless the
+    target has them.
+
+    `on_malformed` (`OnMalformed`): a record whose values do not fit fails the range
+    (`"fail"`), or goes to `quarantine_table` (default `<target>__quarantine`,
+    `QUARANTINE_SCHEMA`) in the range's commit (`"quarantine"`).
     """
 
     name: str
@@ -101,11 +146,25 @@ class IngestionJob:
     load_type: str = "incremental"
     transform: Callable[[DataFrame], DataFrame] | None = None
     claim_policy: ClaimPolicy = field(default_factory=ClaimPolicy)
+    on_malformed: OnMalformed | str = OnMalformed.FAIL
+    quarantine_table: str | None = None
 
     def __post_init__(self) -> None:
         # Refused here, before any range is claimed or any table registered.
         check_job_names(job_name=self.name, workflow_name=self.workflow_name, load_type=self.load_type)
         validate_table_name(self.target.name)
+        try:
+            object.__setattr__(self, "on_malformed", OnMalformed(self.on_malformed))
+        except ValueError:
+            raise PlanningError(f"job {self.name!r}: on_malformed must be one of "
+                                f"{[str(p) for p in OnMalformed]}, got {self.on_malformed!r}") from None
+        if self.on_malformed == OnMalformed.QUARANTINE:
+            validate_table_name(self.quarantine_name)
+
+    @property
+    def quarantine_name(self) -> str:
+        """The versioned table of the job's malformed records."""
+        return self.quarantine_table or f"{self.target.name}__quarantine"
 
 
 @dataclass(frozen=True)
@@ -124,6 +183,10 @@ class RangeResult:
     took_over_run_id: str | None = None
     open_window: bool = False  # ingested before its end: job_log holds end = start
     profile: RunProfile | None = None  # where the range's time went: claim, source_read, write, commit
+    keys_written: int = 0  # keys the range gave a state (a version, or unchanged)
+    superseded_in_range: int = 0  # rows that gave their key no state: a later row of the key won
+    rows_quarantined: int = 0  # malformed records set aside in the job's quarantine table
+    quarantine_delta_num: int | None = None  # the quarantine table's delta, when one was committed
 
 
 class _Steps:
@@ -152,6 +215,17 @@ class _Steps:
         return [*self.done, StepRecord(step_id, JobStatus.FAILURE, started, self._clock(),
                                        error=error, source_type=self._source_type,
                                        target_type=TARGET_TYPE)]
+
+
+@dataclass(frozen=True)
+class _Shaped:
+    """A range's rows as its write takes them: the target's columns, `sys_op`, the order
+    columns; their types; the order (None: none, or `dropped` by the transform)."""
+
+    rows: DataFrame
+    types: dict[str, DataType]
+    order: StateOrder | None
+    dropped: list[str] = field(default_factory=list)
 
 
 class RangeIngestion:
@@ -241,14 +315,16 @@ class RangeIngestion:
             claim = self._claim(data_range, pending, planned, window_open, run_id, runtime_args)
         steps = _Steps(self._clock, self.job.source.source_type)
         hot: HotDelta | None = None
+        quarantine: HotDelta | None = None
         try:
             with Heartbeat(self.log, claim, self.job.claim_policy.heartbeat_interval_s):
                 steps.start("read")
                 with profiler.phase("source_read"):
                     data_range = self._record_end(data_range, claim)
-                    batch = self.job.source.read_range(self.spark, data_range)
-                    rows, types = self._shape(batch)
-                    rows_read = batch.row_count if batch.row_count is not None else rows.count()
+                    batch = self._read(data_range)
+                    records, malformed = self._records(batch)
+                    shaped = self._shape(batch, records)
+                    rows_read = batch.row_count if batch.row_count is not None else shaped.rows.count()
                 steps.finish(source_count=rows_read)
 
                 steps.start("write")
@@ -257,24 +333,25 @@ class RangeIngestion:
                                            self.job.target.primary_key, self.job.target.schema,
                                            warehouse=self.warehouse)
                     hot = self._open_target_delta(table, run_id)
-                    # One write, then the commit (last: no file for unchanged rows), in one
-                    # pass: the range's count sizes it (a transform's rows are sized by the
-                    # source's count: the write's partitions, never what it keeps). Without a
-                    # transform, an id range of the primary key's first column bounds its lookups.
-                    shaped = self.job.transform is not None
-                    sizes = [*table.catalog.versions_stored([table.name]).values(), rows_read]
-                    with small_run_settings(self.spark, sizes, self.small_run_rows_limit):
-                        stats = hot.write(rows, last=True, rows=rows_read,
-                                          key_range=None if shaped else _key_range(batch, self.job.target),
-                                          column_types=types)
+                    stats = self._write(hot, table, batch, shaped, rows_read)
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,
-                    success_count=changed + stats.rows_unchanged, failure_count=0,
+                    success_count=changed + stats.rows_unchanged, failure_count=batch.malformed or 0,
                     output=json.dumps({"table": table.name,
                                        "delta_num": hot.delta_num if changed else None,
-                                       "rows_unchanged": stats.rows_unchanged}),
+                                       "rows_unchanged": stats.rows_unchanged,
+                                       "keys_written": stats.keys_written,
+                                       "superseded_in_range": stats.rows_superseded}),
                 )
+                if malformed is not None:
+                    steps.start("quarantine")
+                    with profiler.phase("write"):
+                        quarantine, set_aside = self._quarantine(malformed, batch.malformed or 0, claim, run_id)
+                    steps.finish(source_count=batch.malformed, target_count=set_aside,
+                                 success_count=batch.malformed, failure_count=0,
+                                 output=json.dumps({"table": self.job.quarantine_name,
+                                                    "delta_num": quarantine.delta_num if quarantine else None}))
                 end = batch.end if batch.end is not None else data_range.end
                 # An open window holds nothing yet: end = start keeps it due until it closes.
                 logged_end = data_range.start if window_open else end
@@ -287,20 +364,24 @@ class RangeIngestion:
                 commit_ts: float | None = None
                 delta_num: int | None = None
                 with profiler.phase("commit"):
-                    if changed:
-                        with commit_transaction([hot]) as commit:  # job_log SUCCESS with the delta
-                            log_success(commit.conn)
-                        commit_ts, delta_num = commit.commit_ts, hot.delta_num
-                    else:
+                    if not changed:
                         hot.rollback()  # nothing changed: no empty delta for readers to process
                         hot = None
+                    committed = [h for h in (hot, quarantine) if h is not None]
+                    if committed:  # job_log SUCCESS with the deltas
+                        with commit_transaction(committed) as commit:
+                            log_success(commit.conn)
+                        commit_ts, delta_num = commit.commit_ts, hot.delta_num if hot is not None else None
+                    else:
                         with self.plane.begin() as conn:
                             log_success(conn)
         except ClaimLostError:
             self._discard(hot)
+            self._discard(quarantine)
             raise
         except Exception as exc:
             self._discard(hot)
+            self._discard(quarantine)
             self._record_failure(claim, steps, exc)
             raise IngestionError(
                 f"job {self.job.name!r} range {data_range.start!r}..{data_range.end!r} failed "
@@ -312,6 +393,9 @@ class RangeIngestion:
             claim.job_id, claim.attempt, replace(data_range, end=end), rows_read,
             stats.rows_upserted, stats.rows_deleted, stats.rows_unchanged, delta_num, commit_ts,
             claim.previous_run_id if claim.took_over else None, window_open, profile,
+            keys_written=stats.keys_written, superseded_in_range=stats.rows_superseded,
+            rows_quarantined=batch.malformed or 0,
+            quarantine_delta_num=quarantine.delta_num if quarantine is not None else None,
         )
 
     def _claim(self, data_range: DataRange, pending: list[DataRange], planned: DataRange | None,
@@ -390,20 +474,121 @@ class RangeIngestion:
         return all(self.log.is_stale(row, policy.stale_after_s, policy.is_run_dead)
                    for row in running if row.run_id == hot.run_id)
 
-    def _shape(self, batch: SourceBatch) -> tuple[DataFrame, dict[str, DataType] | None]:
-        """The range's rows as the target's columns, and their types when known (None after
-        a transform): the source's schema is asked once, since over Spark Connect every
-        ask is a round trip in which the server analyses the plan, the source's read
-        included."""
+    def _read(self, data_range: DataRange) -> SourceBatch:
+        """The range's rows from the source; for a job that quarantines, read with its
+        malformed records marked and counted (`SourceBatch.read_marked`) where the source's
+        plain read would fail on them."""
+        batch = self.job.source.read_range(self.spark, data_range)
+        if self.job.on_malformed == OnMalformed.QUARANTINE and batch.malformed is None:
+            if batch.read_marked is None:
+                raise IngestionError(f"job {self.job.name!r}: a {self.job.source.source_type} source cannot set "
+                                     "malformed records aside; on_malformed='quarantine' needs a SQL or Kafka source")
+            batch = batch.read_marked()
+        return batch
+
+    def _records(self, batch: SourceBatch) -> tuple[DataFrame, DataFrame | None]:
+        """The range's records whose values fit, and those that do not (`MALFORMED`'s
+        fields) when the job quarantines them. A job that does not fails here, naming the
+        first such record (by source key); a range without any costs no Spark job."""
+        if batch.malformed is None:
+            return batch.df, None
+        records = batch.df.drop(MALFORMED)
+        if not batch.malformed:
+            return records, None
+        marked = batch.df.where(f"{MALFORMED} IS NOT NULL")
+        if self.job.on_malformed == OnMalformed.FAIL:
+            (first,) = marked.selectExpr(f"min_by({MALFORMED}.reason, {MALFORMED}.source_key)").first()
+            raise MalformedValueError(
+                f"{first} ({batch.malformed} malformed record(s) in the range; on_malformed='quarantine' "
+                f"would set them aside in {self.job.quarantine_name!r})")
+        return batch.df.where(f"{MALFORMED} IS NULL").drop(MALFORMED), marked.select(f"{MALFORMED}.*")
+
+    def _shape(self, batch: SourceBatch, records: DataFrame) -> _Shaped:
+        """The range's rows as the target's columns (and `sys_op` and the source's order
+        columns), their types, and the order the write keeps the last row of a key by.
+        The schema is asked once, since over Spark Connect every ask is a round trip in
+        which the server analyses the plan, the source's read included; the write takes
+        the types as given."""
         target = self.job.target
-        df = batch.df
-        given = column_types(df.schema)
+        given = column_types(records.schema)
         if not given:  # an empty source without a schema (no file landed)
-            return self.spark.createDataFrame([], target.schema), column_types(target.schema)
+            return _Shaped(self.spark.createDataFrame([], target.schema), column_types(target.schema), None)
+        order = batch.order
         if self.job.transform is not None:
-            return self.job.transform(df), None
-        wanted = [c for c in [*target.schema.fieldNames(), SYS_OP] if c in given]
-        return df.select(*[f"`{c}`" for c in wanted]), {c: given[c] for c in wanted}
+            rows = self.job.transform(records)
+            types = column_types(rows.schema)
+            if batch.deletes and SYS_OP not in types:
+                raise IngestionError(
+                    f"job {self.job.name!r}: the range holds {batch.deletes} delete(s) (sys_op 1: Kafka tombstones) "
+                    f"and the transform's output has no {SYS_OP!r} column: keep it, or they would be written "
+                    "as upserts")
+        else:
+            absent = [c for c in order.columns if c not in given] if order else []
+            if absent:
+                raise IngestionError(f"job {self.job.name!r}: the source orders a key's rows by column(s) {absent}, "
+                                     f"which its rows lack (they have {sorted(given)})")
+            wanted = list(dict.fromkeys(c for c in [*target.schema.fieldNames(), SYS_OP,
+                                                    *(order.columns if order else [])] if c in given))
+            missing = [c for c in target.primary_key if c not in batch.deletes_keyed_by]
+            if batch.deletes and missing:
+                raise IngestionError(
+                    f"job {self.job.name!r}: the range holds {batch.deletes} tombstone(s) (a key, a null value) and "
+                    f"the source does not say which of the target's key column(s) {missing} their message key "
+                    "holds: declare KafkaSource(message_key=...), or tombstones=False to skip them")
+            rows, types = records.select(*[f"`{c}`" for c in wanted]), {c: given[c] for c in wanted}
+        dropped = [c for c in order.columns if c not in types] if order else []
+        return _Shaped(rows, types, None if dropped else order, dropped)
+
+    def _write(self, hot: HotDelta, table: VersionedTable, batch: SourceBatch, shaped: _Shaped,
+               rows_read: int) -> WriteStats:
+        """The range's one write, then the commit (last: no file for unchanged rows), in
+        one pass: the range's count sizes it (a transform's rows are sized by the source's
+        count: the write's partitions, never what it keeps). Without a transform, an id
+        range of the primary key's first column bounds its lookups."""
+        key_range = None if self.job.transform is not None else _key_range(batch, self.job.target)
+        sizes = [*table.catalog.versions_stored([table.name]).values(), rows_read]
+        try:
+            with small_run_settings(self.spark, sizes, self.small_run_rows_limit):
+                return hot.write(shaped.rows, last=True, rows=rows_read, key_range=key_range,
+                                 column_types=shaped.types, order=shaped.order)
+        except ConflictingStatesError as exc:
+            raise SeveralStatesError(f"{exc}; {self._order_hint(exc, batch.order, shaped.dropped)}") from exc
+
+    def _order_hint(self, refused: ConflictingStatesError, order: StateOrder | None, dropped: list[str]) -> str:
+        """How to order the rows of one key that a range's write refused."""
+        source = type(self.job.source).__name__
+        if isinstance(refused, UnorderedStatesError) and order is not None:
+            return (f"{order.order_by!r} orders a key's rows within one {order.within!r} only: declare "
+                    f"{source}(order_by=<a column that orders them across {order.within!r}>), or send a key's "
+                    f"messages to one partition")
+        if dropped:
+            return (f"the transform drops {dropped}, which order{'s' if len(dropped) == 1 else ''} the rows of a "
+                    "key: keep them in its output (they are not stored unless the target has them)")
+        if order is not None:
+            return f"{order.order_by!r} must tell a key's rows apart"
+        return (f"{source} gives the rows of a key no order: declare {source}(order_by=<column>) (an append-only "
+                "change log: the last row of a key wins), and the range is retried with it")
+
+    def _quarantine(self, malformed: DataFrame, count: int, claim: Claim, run_id: str
+                    ) -> tuple[HotDelta | None, int]:
+        """Write the range's `count` malformed records into the job's quarantine table;
+        its hot delta (None: every record was there already, a refresh) and the versions
+        written."""
+        table = VersionedTable(self.spark, self.plane, self.job.quarantine_name, QUARANTINE_KEY, QUARANTINE_SCHEMA,
+                               warehouse=self.warehouse)
+        hot = self._open_target_delta(table, run_id)
+        try:
+            rows = malformed.selectExpr(f"{string_literal(self.job.name)} AS job_name", "source_key", "raw_value",
+                                        "reason", f"CAST({int(claim.job_id)} AS BIGINT) AS job_id")
+            stats = hot.write(rows, last=True, rows=count, column_types=column_types(QUARANTINE_SCHEMA))
+        except BaseException:
+            hot.rollback()
+            raise
+        written = stats.rows_upserted + stats.rows_deleted
+        if not written:
+            hot.rollback()
+            return None, 0
+        return hot, written
 
     @staticmethod
     def _discard(hot: HotDelta | None) -> None:

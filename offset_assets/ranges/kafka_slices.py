@@ -15,9 +15,10 @@ whose last offsets are a transaction marker or aborted messages (which the consu
 never delivers) waits for the next sign of where the partition stands: the end of the
 partition or a message at or past the stop.
 
-A range is read from the brokers once (`read_slices`): its messages are counted as they
-are read (their offsets give no count: transaction markers and aborted messages occupy
-offsets too) and kept on the executors' disks, and the write reads that copy.
+A range is read from the brokers once (`kafka.py`, `slice_tasks.read_once`): its
+messages are counted as they are read (their offsets give no count: transaction markers
+and aborted messages occupy offsets too) and kept on the executors' disks, and the write
+reads that copy.
 
 The consumer settings may hold secrets (`sasl.password`, `ssl.key.password`): they are
 no part of the query's plan but of the function the tasks run (`SliceReading`), which
@@ -32,9 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
@@ -206,28 +205,3 @@ def slices_frame(
         return spark.createDataFrame([], MESSAGE_SCHEMA)
     reading = SliceReading(to_read, dict(consumer_config), timeout_s)
     return slice_tasks(spark, len(to_read), reading.read_slice_number, MESSAGE_SCHEMA)
-
-
-def read_slices(
-    spark: SparkSession, slices: Sequence[OffsetSlice], consumer_config: Mapping[str, Any],
-    timeout_s: float,
-) -> tuple[DataFrame, int]:
-    """The messages of `slices`, read from the brokers now, once, and their number.
-
-    One Spark job reads the slices, counts the messages as they pass (an observed
-    metric; over Spark Connect, a second job counts the copy) and keeps them on the
-    executors' disks (a local checkpoint: disk only, as a range may not fit in memory).
-    The frame returned reads that copy, so the write that follows does not go back to
-    the brokers. A lost executor loses its part of the copy: the range then fails and
-    its retry reads the slices again. The copy is dropped once the frame is
-    garbage-collected (Spark's context cleaner)."""
-    messages = slices_frame(spark, slices, consumer_config, timeout_s)
-    if not any(s.start < s.stop for s in slices):
-        return messages, 0
-    read = Observation()
-    kept = messages.observe(read, F.count(F.lit(1)).alias("messages")).localCheckpoint(
-        eager=True, storageLevel=StorageLevel.DISK_ONLY)
-    observed = read.get.get("messages")
-    # A Spark Connect checkpoint reports no observed metric: the copy is counted instead
-    # (one more job, reading the executors' copy, not the brokers).
-    return kept, int(observed) if observed is not None else kept.count()

@@ -12,11 +12,13 @@ run over Connect paid them again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 if TYPE_CHECKING:
@@ -37,3 +39,24 @@ def _read_numbered(read_slice: SliceReader, numbers: Iterator[pa.RecordBatch]) -
     for batch in numbers:
         for index in batch.column(0).to_pylist():
             yield from read_slice(index)
+
+
+def read_once(frame: DataFrame, counts: Mapping[str, str]) -> tuple[DataFrame, dict[str, int]]:
+    """`frame`'s rows, read now, once, and `counts` of them (name -> SQL aggregate).
+
+    One Spark job reads the rows, computes the counts as they pass (an observed metric;
+    over Spark Connect, a second job counts the copy) and keeps them on the executors'
+    disks (a local checkpoint: disk only, as a range may not fit in memory). The frame
+    returned reads that copy, so what follows (the write, a quarantine) does not read the
+    source again. A lost executor loses its part of the copy: the range then fails and its
+    retry reads the source again. The copy is dropped once the frame is garbage-collected
+    (Spark's context cleaner)."""
+    read = Observation()
+    aggregates = [F.expr(f"{sql} AS {name}") for name, sql in counts.items()]
+    kept = frame.observe(read, *aggregates).localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+    observed = read.get
+    if any(observed.get(name) is None for name in counts):
+        # A Spark Connect checkpoint reports no observed metric: the copy is counted instead
+        # (one more job, reading the executors' copy, not the source).
+        observed = kept.agg(*aggregates).first().asDict()
+    return kept, {name: int(observed.get(name) or 0) for name in counts}

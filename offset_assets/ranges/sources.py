@@ -3,11 +3,16 @@
 A source turns one `DataRange` into a Spark DataFrame plus the range end actually
 reached (written back to job_log). Bounds follow the planners: time windows are
 [start, end), id ranges (start, end]. Kafka lives in `kafka.py` (optional extra).
+
+What a source says about its rows beside them (`SourceBatch`): the order of several rows
+of one key (`order`: a change log's sequence column, a Kafka partition's offsets), the
+rows that delete their key, and the records whose values do not fit their declared type
+(`MALFORMED`): a read that keeps them marks them, one that does not fails on the first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
 from typing import Any, Protocol
@@ -21,7 +26,9 @@ from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, parse_time
+from offset_assets.ranges.slice_tasks import read_once
 from offset_assets.ranges.sql_slices import (
+    MALFORMED,
     RangeKind,
     SlicedRead,
     session_parallelism,
@@ -30,6 +37,9 @@ from offset_assets.ranges.sql_slices import (
     source_engine,
 )
 from offset_assets.versioned.layout import WarehouseFiles
+from offset_assets.versioned.writes import StateOrder
+
+__all__ = ["MALFORMED", "FolderSource", "RangeSource", "SourceBatch", "SqlTableSource"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,21 @@ class SourceBatch:
     row_count: int | None = None  # known without a Spark job when the source counted it
     # (column, lowest, highest): the values `column` can hold in the range (an id range's).
     key_range: tuple[str, Any, Any] | None = None
+    # How several rows of one key in the range are ordered (columns of `df`): the last one
+    # gives the key's state. None: the source knows no order, and different states refuse.
+    order: StateOrder | None = None
+    # The rows that delete their key (`sys_op` 1: Kafka tombstones), counted as read, and
+    # the columns such a row holds (a tombstone has no value: its message's key, offsets).
+    deletes: int = 0
+    deletes_keyed_by: tuple[str, ...] = ()
+    # Records of `df` whose values do not fit, marked in its `MALFORMED` column, when the
+    # range was read once and counted. None: `df` has no such column and fails its read on
+    # such a record, naming it.
+    malformed: int | None = None
+    # The same range read once with its malformed records kept, marked and counted: what
+    # a job that quarantines them reads. None: `malformed` is known already, or the
+    # source has no such read.
+    read_marked: Callable[[], SourceBatch] | None = None
 
 
 class RangeSource(Protocol):
@@ -90,6 +115,18 @@ class SqlTableSource:
     session's cores, and a range large enough has at least one slice per core. A SQLite
     file must be reachable at the same path by the executors (local sessions, a cluster
     on this machine); a remote cluster needs a network database.
+
+    `order_by`: a number, date or timestamp column that orders the rows of one key (an
+    append-only change log's sequence or change time, read with the other columns): of
+    several rows of one key in a range, the one with the highest value gives the key's
+    state, and two different rows at that value refuse the range (unless the column is
+    the table's primary key or unique: then they cannot tie, and the write does not look).
+    Without it, different rows of one key in one range refuse the range.
+
+    A value the column's declared type cannot hold (SQLite keeps `'many'` in an INTEGER
+    column) fails the range naming the row's key (the table's primary key, else the range
+    column), the column and the value; a job that quarantines such records reads the range
+    with them marked instead (`SourceBatch.read_marked`).
     """
 
     url: str
@@ -101,6 +138,7 @@ class SqlTableSource:
     fetch_size: int = 10_000
     rows_per_slice: int = 200_000
     slices: int | None = None
+    order_by: str | None = None
     source_type: str = field(default="sql", init=False)
 
     def __post_init__(self) -> None:
@@ -196,31 +234,63 @@ class SqlTableSource:
             end_id = max(self.max_id() or start_id, start_id)
         return column, "id", start_id, end_id, str(end_id)
 
-    def _plan_read(self, spark: SparkSession, data_range: DataRange) -> tuple[SlicedRead, str, int]:
-        """The range's slices (a Spark-free plan), the end reached and the range's row
-        count. Everything that can fail before Spark does here: reflection, a missing
-        column, a bad bound."""
+    def _plan_read(self, spark: SparkSession, data_range: DataRange
+                   ) -> tuple[SlicedRead, str, int, StateOrder | None]:
+        """The range's slices (a Spark-free plan), the end reached, the range's row count
+        and the order of its rows. Everything that can fail before Spark does here:
+        reflection, a missing column, a bad bound."""
         table = self._reflect()
-        names = self.columns or list(table.c.keys())
+        names = list(self.columns or table.c.keys())
+        if self.order_by is not None and self.order_by not in names:
+            names.append(self.order_by)
         selected = [self._column(table, name) for name in names]
+        schema = T.StructType([T.StructField(c.name, spark_type_for(c.type)) for c in selected])
+        if self.order_by is not None and isinstance(schema[self.order_by].dataType, T.StringType | T.BinaryType
+                                                    | T.BooleanType):
+            raise SourceError(f"{self._where}: order_by column {self.order_by!r} is "
+                              f"{table.c[self.order_by].type}; a number, a date or a timestamp orders rows")
         column, kind, lower, upper, end = self._range_bounds(table, data_range)
+        # A row is named by the table's primary key when it is read, else by its id, else by
+        # all its columns (a time column may hold one instant for many rows).
+        key = [c.name for c in table.primary_key.columns]
+        if not key or not set(key) <= set(names):
+            key = [column.name] if kind == "id" and column.name in names else names
         whole = SlicedRead(
             url=self.url, table=self.table, db_schema=self.db_schema,
-            columns=tuple((c.name, c.type) for c in selected),
-            schema=T.StructType([T.StructField(c.name, spark_type_for(c.type)) for c in selected]),
+            columns=tuple((c.name, c.type) for c in selected), schema=schema,
             range_column=column.name, range_type=column.type, kind=kind,
             bounds=(lower, upper), fetch_size=self.fetch_size,
+            key_columns=tuple(key),
         )
         rows = whole.count_rows()
         count = self.slices or slice_count(rows, self.rows_per_slice, session_parallelism(spark))
-        return replace(whole, bounds=tuple(slice_bounds(kind, lower, upper, count))), end, rows
+        return replace(whole, bounds=tuple(slice_bounds(kind, lower, upper, count))), end, rows, self._order(table)
+
+    def _order(self, table: sa.Table) -> StateOrder | None:
+        """The order of the rows of one key: `order_by`, whose values are unique when it is
+        the table's primary key or has a unique constraint or index of its own."""
+        if self.order_by is None:
+            return None
+        alone = [self.order_by]
+        unique = ([c.name for c in table.primary_key.columns] == alone
+                  or any(isinstance(c, sa.UniqueConstraint) and [col.name for col in c.columns] == alone
+                         for c in table.constraints)
+                  or any(index.unique and [col.name for col in index.columns] == alone for index in table.indexes))
+        return StateOrder(self.order_by, unique=unique)
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
-        plan, end, rows = self._plan_read(spark, data_range)
+        plan, end, rows, order = self._plan_read(spark, data_range)
         ids = None
         if plan.kind == "id":  # ids (lower, upper]: a key range a write can bound its lookups by
             ids = (plan.range_column, plan.bounds[0] + 1, plan.bounds[-1])
-        return SourceBatch(plan.dataframe(spark), end, rows, ids)
+
+        def read_marked() -> SourceBatch:
+            # The slices planned above, read once, with their malformed records marked.
+            kept, counts = read_once(replace(plan, marked=True).dataframe(spark),
+                                     {"malformed": f"count({MALFORMED})"})
+            return SourceBatch(kept, end, rows, ids, order, malformed=counts["malformed"])
+
+        return SourceBatch(plan.dataframe(spark), end, rows, ids, order, read_marked=read_marked)
 
 
 # -- files landing in a folder -------------------------------------------------------
@@ -245,6 +315,7 @@ class FolderSource:
     schema: T.StructType | None = None  # needed for csv/json; parquet files carry their own
     options: Mapping[str, str] = field(default_factory=dict)
     time_column: str | None = None
+    order_by: str | None = None  # as `SqlTableSource.order_by`: the last row of a key wins
     source_type: str = field(default="files", init=False)
 
     def partition_paths(self, data_range: DataRange) -> list[str]:
@@ -266,10 +337,11 @@ class FolderSource:
         # The warehouse's file layer (fsspec): no JVM call, so a Spark Connect session works too.
         files = WarehouseFiles()
         paths = [path for path in self.partition_paths(data_range) if files.exists(path)]
+        order = StateOrder(self.order_by) if self.order_by is not None else None
         if not paths:
             if self.schema is None:
                 return SourceBatch(spark.createDataFrame([], T.StructType([])), data_range.end, 0)
-            return SourceBatch(spark.createDataFrame([], self.schema), data_range.end, 0)
+            return SourceBatch(spark.createDataFrame([], self.schema), data_range.end, 0, order=order)
         reader = spark.read.format(self.format).options(basePath=self.root, **self.options)
         if self.schema is not None:
             reader = reader.schema(self.schema)
@@ -284,4 +356,4 @@ class FolderSource:
             end = parse_time(data_range.end or data_range.start).replace(tzinfo=UTC)
             column = F.col(self.time_column)
             df = df.where((column >= F.lit(start)) & (column < F.lit(end)))
-        return SourceBatch(df, data_range.end)
+        return SourceBatch(df, data_range.end, order=order)

@@ -25,10 +25,19 @@ Why Python and not Spark's JDBC reader:
 Executors need this package, SQLAlchemy, the database's DBAPI driver and pyarrow in
 their Python, and a path or address that reaches the database: a SQLite file only
 works where the executors share the driver's file system.
+
+A value its column's type cannot hold (SQLite keeps any value in any column: `'many'` in
+an INTEGER one, `'yesterday'` in a DATETIME one) is never read as a null. A plain read
+fails on the first such row, naming its key, the column and the value; a marked read
+(`SlicedRead.marked`) nulls the value and describes the record in its `MALFORMED` column,
+for a job that quarantines it. The values are checked column by column as they are
+converted, and one by one only in a column where the conversion of a whole batch failed:
+a range without such a value costs what it cost before.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import threading
@@ -46,7 +55,7 @@ from pyspark.sql import types as T
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_assets.control_plane.database import mask_url, sqlalchemy_url
-from offset_assets.ranges.errors import SourceError
+from offset_assets.ranges.errors import MalformedValueError, SourceError
 from offset_assets.ranges.slice_tasks import slice_tasks
 
 if TYPE_CHECKING:
@@ -56,6 +65,18 @@ if TYPE_CHECKING:
 MIN_ROWS_PER_SLICE = 10_000
 
 RangeKind = Literal["id", "time"]
+
+# A source record whose values do not fit: null for the others. `source_key` names it (a
+# Kafka message's `topic/partition@offset`, a SQL row's key as JSON), `raw_value` holds it
+# as the source sent it, `reason` says which value does not fit what, in one line.
+MALFORMED = "__malformed"
+MALFORMED_TYPE = T.StructType([T.StructField("source_key", T.StringType()),
+                               T.StructField("raw_value", T.StringType()),
+                               T.StructField("reason", T.StringType())])
+# Characters of a value shown in a reason.
+SHOWN_CHARS = 100
+# What converting one value can raise: a processor's parse error, Arrow's refusal.
+_CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, OverflowError)
 
 _engines: dict[str, sa.Engine] = {}
 _engines_lock = threading.Lock()
@@ -156,7 +177,10 @@ def to_spark_value(value: Any, spark_type: T.DataType) -> Any:
     if isinstance(spark_type, T.DoubleType):
         return float(value)
     if isinstance(spark_type, T.LongType):
-        return int(value)
+        number = int(value)
+        if isinstance(value, float | Decimal) and number != value:  # 2.5 in an INTEGER column
+            raise ValueError(f"{value!r} is not an integer")
+        return number
     if isinstance(spark_type, T.DecimalType) and not isinstance(value, Decimal):
         return Decimal(str(value))
     return value
@@ -187,10 +211,19 @@ class SlicedRead:
     kind: RangeKind
     bounds: tuple[Any, ...]
     fetch_size: int
+    key_columns: tuple[str, ...] = ()  # what names a row in errors and quarantines
+    marked: bool = False  # malformed records read and marked (`MALFORMED`), not refused
 
     @property
     def where(self) -> str:
         return f"SQL source {self.table!r} at {mask_url(self.url)}"
+
+    @property
+    def output_schema(self) -> T.StructType:
+        """The read's columns: the table's, and `MALFORMED` in a marked read."""
+        if not self.marked:
+            return self.schema
+        return T.StructType([*self.schema.fields, T.StructField(MALFORMED, MALFORMED_TYPE)])
 
     def _table(self) -> sa.TableClause:
         return sa.table(self.table, *[sa.column(name, type_) for name, type_ in self.columns],
@@ -224,61 +257,103 @@ class SlicedRead:
         executor)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        arrow_schema = to_arrow_schema(self.output_schema, timezone="UTC")
         try:
             with source_engine(self.url).connect() as conn:
-                for columns in self._fetch_columns(conn, piece):
-                    yield self._record_batch(columns, arrow_schema)
+                for columns, processors in self._fetch_columns(conn, piece):
+                    yield self._record_batch(columns, processors, arrow_schema)
         except SQLAlchemyError as exc:
             raise SourceError(
                 f"{self.where}: slice {piece.index} ({piece.lower!r}, {piece.upper!r}) of "
                 f"{self.range_column!r}: {str(exc).splitlines()[0]}"
             ) from None
 
-    def _fetch_columns(self, conn: sa.Connection, piece: SqlSlice) -> Iterator[list[Sequence[Any]]]:
-        """The slice's values, `fetch_size` rows at a time, column by column.
+    def _fetch_columns(self, conn: sa.Connection, piece: SqlSlice
+                       ) -> Iterator[tuple[list[Sequence[Any]], list[Processor | None]]]:
+        """The slice's values, `fetch_size` rows at a time, column by column, with the
+        result processor each column's values still need (None: none).
 
         A database with server-side cursors (PostgreSQL) streams them through SQLAlchemy's
-        rows. Without them (SQLite, whose cursor steps through the table as rows are
-        fetched) the rows come from the DBAPI cursor of SQLAlchemy's execution, with the
-        column types' result processors applied per column: the values are the same, and
-        building SQLAlchemy's row objects cost twice the fetch itself."""
+        rows, processed. Without them (SQLite, whose cursor steps through the table as rows
+        are fetched) the rows come from the DBAPI cursor of SQLAlchemy's execution, and the
+        column types' result processors are applied per column (`_processed`): the values
+        are the same, and building SQLAlchemy's row objects cost twice the fetch itself."""
         query = self.slice_query(piece)
         dialect = conn.dialect
         if dialect.supports_server_side_cursors:
+            unprocessed: list[Processor | None] = [None] * len(self.columns)
             for rows in conn.execution_options(yield_per=self.fetch_size).execute(query).partitions():
-                yield list(zip(*rows, strict=True))
+                yield list(zip(*rows, strict=True)), unprocessed
             return
         processors = [type_.dialect_impl(dialect).result_processor(dialect, None) for _, type_ in self.columns]
         cursor = conn.execute(query).cursor
         while rows := cursor.fetchmany(self.fetch_size):
-            yield [column if process is None else [process(value) for value in column]
-                   for column, process in zip(zip(*rows, strict=True), processors, strict=True)]
+            yield list(zip(*rows, strict=True)), processors
 
-    def _record_batch(self, columns: list[Sequence[Any]], arrow_schema: pa.Schema) -> pa.RecordBatch:
+    def _record_batch(self, columns: list[Sequence[Any]], processors: list[Processor | None],
+                      arrow_schema: pa.Schema) -> pa.RecordBatch:
+        """The batch's rows as Arrow arrays of the read's schema. A value that does not fit
+        its column fails the read (`MalformedValueError`, the batch's first such row) or,
+        in a marked read, becomes a null and marks its row."""
         import pyarrow as pa  # on the executors only: a driver that plans ranges never loads it
 
-        arrays = [self._column_array(values, field, arrow_schema.field(i).type)
-                  for i, (values, field) in enumerate(zip(columns, self.schema.fields, strict=True))]
+        bad: dict[int, int] = {}  # row -> the first column whose value does not fit
+        arrays = []
+        for i, (values, process, field) in enumerate(zip(columns, processors, self.schema.fields, strict=True)):
+            processed = _processed(values, process, lambda row, column=i: bad.setdefault(row, column))
+            arrays.append(self._column_array(processed, field, arrow_schema.field(i).type,
+                                             lambda row, column=i: bad.setdefault(row, column)))
+        if bad and not self.marked:
+            row = min(bad)
+            raise MalformedValueError(f"{self.where}: {self._reason(columns, row, bad[row])}")
+        if self.marked:
+            records = [None if row not in bad else self._malformed(columns, row, bad[row])
+                       for row in range(len(columns[0]) if columns else 0)]
+            arrays.append(pa.array(records, type=arrow_schema.field(len(arrays)).type))
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
-    def _column_array(self, values: Sequence[Any], field: T.StructField, arrow_type: pa.DataType) -> pa.Array:
+    def _row_key(self, columns: list[Sequence[Any]], row: int) -> str:
+        names = [name for name, _ in self.columns]
+        return json.dumps({c: columns[names.index(c)][row] for c in self.key_columns if c in names}, default=str)
+
+    def _reason(self, columns: list[Sequence[Any]], row: int, column: int) -> str:
+        """Which value of the row does not fit which type, naming the row by its key."""
+        field = self.schema.fields[column]
+        return (f"row {self._row_key(columns, row)}: column {field.name!r} holds {_shown(columns[column][row])}, "
+                f"which is not {field.dataType.simpleString()}")
+
+    def _malformed(self, columns: list[Sequence[Any]], row: int, column: int) -> dict[str, str]:
+        raw = {name: values[row] for (name, _), values in zip(self.columns, columns, strict=True)}
+        return {"source_key": self._row_key(columns, row), "raw_value": json.dumps(raw, default=str),
+                "reason": f"SQL source {self.table!r} {self._reason(columns, row, column)}"}
+
+    def _column_array(self, values: Sequence[Any], field: T.StructField, arrow_type: pa.DataType,
+                      does_not_fit: Callable[[int], object]) -> pa.Array:
         # Arrow converts the values the driver would hand over as they are (a naive
         # timestamp is taken as UTC); the rest (ints in a REAL column, floats in a
-        # NUMERIC one) first become the column's Spark type.
+        # NUMERIC one) first become the column's Spark type; a value that still does not
+        # convert is reported by its row (`does_not_fit`) and read as a null.
         import pyarrow as pa
 
+        errors = (pa.ArrowInvalid, pa.ArrowTypeError, *_CONVERSION_ERRORS)
         try:
             return pa.array(values, type=arrow_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        except errors:
             pass
         try:
             return pa.array([to_spark_value(v, field.dataType) for v in values], type=arrow_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-            raise SourceError(
-                f"{self.where}: column {field.name!r} holds a value that is not "
-                f"{field.dataType.simpleString()}: {exc}"
-            ) from None
+        except errors:
+            pass
+        converted = []
+        for row, value in enumerate(values):
+            try:
+                value = to_spark_value(value, field.dataType)
+                pa.array([value], type=arrow_type)
+            except errors:
+                does_not_fit(row)
+                value = None
+            converted.append(value)
+        return pa.array(converted, type=arrow_type)
 
     def read_slice_number(self, index: int) -> Iterator[pa.RecordBatch]:
         """Slice `index`'s rows (`slice_tasks` hands a task its slice's number)."""
@@ -286,4 +361,33 @@ class SlicedRead:
 
     def dataframe(self, spark: SparkSession) -> DataFrame:
         """The range as a DataFrame read by one task per slice (`slice_tasks.py`)."""
-        return slice_tasks(spark, len(self.slices()), self.read_slice_number, self.schema)
+        return slice_tasks(spark, len(self.slices()), self.read_slice_number, self.output_schema)
+
+
+Processor = Callable[[Any], Any]
+
+
+def _processed(values: Sequence[Any], process: Processor | None, does_not_fit: Callable[[int], object]
+               ) -> Sequence[Any]:
+    """`values` through their column type's result processor: the whole column at once,
+    value by value only when one raised (it is reported by its row and read as a null)."""
+    if process is None:
+        return values
+    try:
+        return [process(value) for value in values]
+    except _CONVERSION_ERRORS:
+        pass
+    processed = []
+    for row, value in enumerate(values):
+        try:
+            processed.append(process(value))
+        except _CONVERSION_ERRORS:
+            does_not_fit(row)
+            processed.append(None)
+    return processed
+
+
+def _shown(value: Any) -> str:
+    """A source value as a reason shows it: its repr, at most `SHOWN_CHARS` characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."

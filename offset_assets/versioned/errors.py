@@ -24,6 +24,7 @@ __all__ = [
     "SchemaMismatchError",
     "TableDefinitionError",
     "UnknownTableError",
+    "UnorderedStatesError",
     "VersionedTableError",
 ]
 
@@ -60,6 +61,18 @@ class ConflictingStatesError(VersionedTableError):
     def __init__(self, table: str, message: str, keys: list[dict]) -> None:
         self.keys = keys
         super().__init__(table, message)
+
+
+class UnorderedStatesError(ConflictingStatesError):
+    """Two different states of one key in rows of one ordered write whose order values do
+    not compare (`writes.StateOrder.within`: offsets of different Kafka partitions).
+    `spread`: per key of `keys`, the lowest and the highest `within` value of its rows."""
+
+    def __init__(self, table: str, message: str, keys: list[dict], within: str,
+                 spread: list[tuple[object, object]]) -> None:
+        self.within = within
+        self.spread = spread
+        super().__init__(table, message, keys)
 
 
 class DeltaClosedError(VersionedTableError):

@@ -74,6 +74,7 @@ from offset_assets.versioned.errors import (
     InvalidSysOpError,
     NullKeyError,
     SchemaMismatchError,
+    UnorderedStatesError,
     VersionedTableError,
 )
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, ROWS_PER_PARTITION, small_run_settings
@@ -84,7 +85,7 @@ from offset_assets.versioned.observed import ObservedAggregates
 from offset_assets.versioned.reads import TableReader, versions_bound
 from offset_assets.versioned.sql_text import quoted
 from offset_assets.versioned.table_schema import conform
-from offset_assets.versioned.writes import Refusal, Replacement, WriteStats
+from offset_assets.versioned.writes import Refusal, Replacement, StateOrder, WriteStats
 
 __all__ = ["HotDelta", "HotTable"]
 
@@ -177,7 +178,8 @@ class HotDelta:
     def write(self, df: DataFrame, refusal: Refusal | None = None, last: bool = False, large: bool = False,
               rows: int | None = None, key_range: tuple[Any, Any] | None = None,
               replacing: Replacement | None = None,
-              column_types: Mapping[str, DataType] | None = None) -> WriteStats:
+              column_types: Mapping[str, DataType] | None = None,
+              order: StateOrder | None = None) -> WriteStats:
         """Write rows (the data columns, optional `sys_op`: 0 upsert, 1 delete).
 
         `refusal`: rows the caller refuses (flagged in a column of `df`); one refuses the
@@ -201,23 +203,36 @@ class HotDelta:
         `column_types`: the types of `df`'s columns other than the refusal's, when the
         caller knows them (it built `df`, or asked its schema already): they are checked as
         given, not asked of Spark (a Spark Connect client asks the server to analyse the
-        plan)."""
+        plan).
+        `order`: several rows of one key in `df` are ordered (`writes.StateOrder`): the key
+        takes its last row's state, where an unordered write refuses two states. Its
+        columns are columns of `df`, stored only when they are the table's."""
         self._check_writable("write to")
         if replacing is not None and key_range is not None:
             raise VersionedTableError(self.table.name, "a replacing write takes no key range: its keys are given")
         table = self.table
         keep = [refusal.column] if refusal else []
+        ordering = None
+        if order is not None:
+            types = column_types if column_types is not None else {f.name: f.dataType for f in df.schema.fields}
+            missing = [c for c in order.columns if c not in types]
+            if missing:
+                raise SchemaMismatchError(table.name,
+                                          f"the write is ordered by column(s) {missing}, which the rows lack")
+            keep += [c for c in order.columns if c not in table.schema.fieldNames()]
+            ordering = (order, types[order.order_by])
         incoming = conform(table.name, df, table.schema, table.primary_key, keep=keep, given=column_types)
         local = local_rows(df) if rows is None and key_range is None else None
         if local is not None:
             with self._local_write_settings(local):
                 stats = self._write_in_one_pass(incoming, local, refusal, keep_unchanged=not last, large=large,
-                                                replacing=replacing)
+                                                replacing=replacing, ordering=ordering)
         elif rows is None:
-            stats = self._write(incoming, refusal, keep_unchanged=not last, large=large, replacing=replacing)
+            stats = self._write(incoming, refusal, keep_unchanged=not last, large=large, replacing=replacing,
+                                ordering=ordering)
         else:
             stats = self._write_in_one_pass(incoming, rows, refusal, keep_unchanged=not last, large=large,
-                                            key_range=key_range, replacing=replacing)
+                                            key_range=key_range, replacing=replacing, ordering=ordering)
         self._last_written = last
         return stats
 
@@ -287,7 +302,7 @@ class HotDelta:
 
     def _write(self, incoming: DataFrame, refusal: Refusal | None = None,
                keep_unchanged: bool = True, large: bool = False, replacing: Replacement | None = None,
-               ) -> WriteStats:
+               ordering: tuple[StateOrder, DataType] | None = None) -> WriteStats:
         table = self.table
         # Persisted: the incoming keys select the candidate actual versions (a semi-join)
         # and the rows are classified, without computing the caller's DataFrame twice.
@@ -301,11 +316,12 @@ class HotDelta:
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key,
                 refused=refusal.column if refusal else None, replacing=replacing is not None,
+                **_order_arguments(ordering),
             ).persist(level)
             try:
                 row = classified.agg(*writes.counts_of(classified, committed=candidates is not None)).first()
                 counts = {kind: int(row[kind] or 0) for kind in writes.KINDS}
-                self._refuse_bad_rows(classified, counts, refusal)
+                self._refuse_bad_rows(classified, counts, refusal, ordering)
                 stats = writes.stats_of(row.asDict(), committed=candidates is not None)
                 self._store(classified, stats, keep_unchanged, committed=candidates is not None)
             finally:
@@ -317,7 +333,7 @@ class HotDelta:
     def _write_in_one_pass(self, incoming: DataFrame, rows: int, refusal: Refusal | None,
                            keep_unchanged: bool, large: bool,
                            key_range: tuple[Any, Any] | None = None, replacing: Replacement | None = None,
-                           ) -> WriteStats:
+                           ordering: tuple[StateOrder, DataType] | None = None) -> WriteStats:
         """Classify, count and write in one Spark job (the counts observed while the
         versions are written); a refused write's files are deleted before it raises."""
         table = self.table
@@ -344,7 +360,7 @@ class HotDelta:
             classified = writes.classify(
                 incoming, self._prior_states(), candidates, table.schema, table.primary_key,
                 refused=refusal.column if refusal else None, partitions=partitions,
-                replacing=replacing is not None,
+                replacing=replacing is not None, **_order_arguments(ordering),
             )
             number = self._writes + 1
             versions_at, unchanged_at = write_path(self.data_path, number), noop_path(self.data_path, number)
@@ -360,7 +376,7 @@ class HotDelta:
                 counts = {kind: int(seen.get(kind) or 0) for kind in writes.KINDS}
                 if key_range is not None:
                     self._check_key_range(key_range, seen.get(_LOWEST), seen.get(_HIGHEST))
-                self._refuse_bad_rows(classified, counts, refusal)
+                self._refuse_bad_rows(classified, counts, refusal, ordering)
                 stats = writes.stats_of(seen, committed=candidates is not None)
                 if not stats.rows_upserted + stats.rows_deleted:
                     table.files.delete(versions_at)  # the empty file of a write that made no version
@@ -478,7 +494,8 @@ class HotDelta:
             return scan.where(in_values(pk[0], values, first.dataType))
         return scan.where(_within(incoming.coalesce(1), pk[0]))
 
-    def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int], refusal: Refusal | None) -> None:
+    def _refuse_bad_rows(self, classified: DataFrame, counts: dict[str, int], refusal: Refusal | None,
+                         ordering: tuple[StateOrder, DataType] | None = None) -> None:
         table = self.table
         pk = table.primary_key
         if refusal is not None and counts.get(writes.REFUSED):
@@ -511,11 +528,26 @@ class HotDelta:
                 f"null in non-nullable column(s) {required} for key(s) "
                 f"{rows_of(writes.BAD_NULL, *pk)}; nothing written",
             )
+        order = ordering[0] if ordering is not None else None
+        if order is not None and order.within is not None and counts.get(writes.CONFLICT_UNORDERED):
+            found = rows_of(writes.CONFLICT_UNORDERED, *pk, writes.WITHIN_LOW, writes.WITHIN_HIGH)
+            keys = [{c: row[c] for c in pk} for row in found]
+            spread = [(row[writes.WITHIN_LOW], row[writes.WITHIN_HIGH]) for row in found]
+            shown = ", ".join(f"{key} ({order.within} {low} and {high})" for key, (low, high) in zip(keys, spread,
+                                                                                                   strict=True))
+            raise UnorderedStatesError(
+                table.name,
+                f"different states of key(s) {shown} in rows of different {order.within!r}, whose "
+                f"{order.order_by!r} values do not compare, in one write to delta {self.delta_num} "
+                f"({counts[writes.CONFLICT_UNORDERED]} key(s) in all); nothing written",
+                keys, order.within, spread,
+            )
         if counts.get(writes.CONFLICT_IN_WRITE):
             keys = rows_of(writes.CONFLICT_IN_WRITE, *pk)
+            at = f" at the same highest {order.order_by!r}" if order is not None else ""
             raise ConflictingStatesError(
                 table.name,
-                f"different states of key(s) {keys} in one write to delta {self.delta_num} "
+                f"different states of key(s) {keys}{at} in one write to delta {self.delta_num} "
                 f"({counts[writes.CONFLICT_IN_WRITE]} key(s) in all); nothing written",
                 keys,
             )
@@ -607,6 +639,11 @@ class HotDelta:
             self.info.opened_at,
             actual_rows,
         )
+
+
+def _order_arguments(ordering: tuple[StateOrder, DataType] | None) -> dict[str, Any]:
+    """`writes.classify`'s arguments of an ordered write."""
+    return {} if ordering is None else {"order": ordering[0], "order_type": ordering[1]}
 
 
 def _write_parquet(frame: DataFrame, path: str, rows: int, primary_key: Sequence[str]) -> None:

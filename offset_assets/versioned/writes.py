@@ -6,8 +6,9 @@ non-key columns of a delete ignored (a delete is about a key). Then, per row:
   transform key the batch did not process)                            -> refused;
 - bad input (null in a non-nullable column, key columns included,
   sys_op not 0/1)                                                       -> refused;
-- two different states of one key in this write, or a state different from the one an
-  earlier write gave the key in the same hot delta                      -> refused;
+- two different states of one key in this write (unless the write is ordered, below), or
+  a state different from the one an earlier write gave the key in the same hot delta
+                                                                        -> refused;
 - the same state as earlier in this write or hot delta                 -> collapses;
 - an upsert identical to the actual version, or a delete of a key that
   is not in the actual state                                            -> no version;
@@ -22,6 +23,16 @@ it, as any non-nullable column does.
 A write may replace the actual rows of some keys (`Replacement`: a transformation's
 output for the keys its batch processed): an actual row of those keys that the write
 holds no row for is deleted, as if the write held its delete.
+
+An ordered write (`StateOrder`: a source's own order, a Kafka partition's offsets or a
+change log's sequence column) keeps, of several rows of one key, the state of the row
+with the highest order value: the earlier rows are superseded (counted, never stored).
+Two different states at that highest value are still refused, and so are different
+states of a key in rows whose order values do not compare (`within`: offsets order the
+messages of one partition only). The order is found by the same grouping: the largest
+(order, state) pair gives the last state and, unless the order's values are unique
+(offsets, a primary key), the smallest (mirrored order, state) pair the smallest state at
+that order.
 
 Counts are per key: a key's rows are grouped once, and the smallest and the largest of
 its states (structs, ordered as Spark orders them) tell whether it has one state or
@@ -44,7 +55,17 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegralType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.sql_text import all_of, any_of, case_when, null_of, quoted, string_literal
@@ -53,13 +74,22 @@ KIND = "__kind"
 BAD_OP_VALUE = "__bad_op"
 REFUSED, BAD_KEY, BAD_NULL, BAD_OP = "refused", "bad_key", "bad_null", "bad_op"
 CONFLICT_IN_WRITE, CONFLICT_IN_DELTA = "conflict_in_write", "conflict_in_delta"
+CONFLICT_UNORDERED = "conflict_unordered"
 SEEN, UNCHANGED, UPSERT, DELETE = "seen", "unchanged", "upsert", "delete"
 PRIOR, ACTUAL = "__prior", "__actual"
 INSERTED = "__inserted"
 _INCOMING, _FIRST, _LAST = "__incoming", "__first_state", "__last_state"
 _BAD_NULL, _REFUSED = "__bad_null", "__refused"
+# An ordered write's incoming rows: the order value, (order, state) and (descending
+# order, state) pairs, the `within` value, and per key the lowest and highest of it.
+_ORDER, _LAST_ORDERED, _FIRST_ORDERED = "__order", "__last_ordered", "__first_ordered"
+_WITHIN, WITHIN_LOW, WITHIN_HIGH = "__within", "__within_low", "__within_high"
+_ANY_FIRST, _ANY_LAST = "__any_first_state", "__any_last_state"
+# A key's incoming rows, and the rows a write superseded (all of a key's but one).
+_ROWS, SUPERSEDED = "__rows", "__superseded"
 # The kinds a write is counted by: each one refuses it except the last four.
-KINDS = (REFUSED, BAD_KEY, BAD_OP, BAD_NULL, CONFLICT_IN_WRITE, CONFLICT_IN_DELTA, SEEN, UNCHANGED, UPSERT, DELETE)
+KINDS = (REFUSED, BAD_KEY, BAD_OP, BAD_NULL, CONFLICT_UNORDERED, CONFLICT_IN_WRITE, CONFLICT_IN_DELTA,
+         SEEN, UNCHANGED, UPSERT, DELETE)
 
 
 @dataclass(frozen=True)
@@ -72,13 +102,22 @@ class WriteStats:
     # The upserts of keys without an actual row: what the write adds to the table's actual
     # rows, with the deletes taken off. None when the write did not classify its rows.
     rows_inserted: int | None = None
+    # Rows that gave their key no state: an exact duplicate, or an earlier row of an
+    # ordered write (`StateOrder`) whose key has a later one.
+    rows_superseded: int = 0
+
+    @property
+    def keys_written(self) -> int:
+        """The keys the write gave a state: a version, or none for an unchanged row."""
+        return self.rows_upserted + self.rows_deleted + self.rows_unchanged
 
     def plus(self, other: WriteStats) -> WriteStats:
         """The versions of both writes (the inserts unknown when either's are)."""
         inserted = None if self.rows_inserted is None or other.rows_inserted is None \
             else self.rows_inserted + other.rows_inserted
         return WriteStats(self.rows_upserted + other.rows_upserted, self.rows_deleted + other.rows_deleted,
-                          self.rows_unchanged + other.rows_unchanged, inserted)
+                          self.rows_unchanged + other.rows_unchanged, inserted,
+                          self.rows_superseded + other.rows_superseded)
 
 
 @dataclass(frozen=True)
@@ -106,19 +145,66 @@ class Replacement:
     select: Callable[[DataFrame, bool], DataFrame]
 
 
+@dataclass(frozen=True)
+class StateOrder:
+    """How several rows of one key in one write are ordered: the row with the highest
+    `order_by` value gives the key's state (a number, a date or a timestamp; a null is
+    lower than any value). `within`: a column whose value the order holds within only
+    (a Kafka partition, for its offsets): rows of one key with different states and
+    different `within` values refuse the write. `unique`: no two rows of one `within`
+    value hold one `order_by` value (offsets, a primary key): the write then looks for
+    no tie at a key's highest order, an aggregate less (a tie would otherwise refuse it).
+    Neither column is stored unless it is one of the table's."""
+
+    order_by: str
+    within: str | None = None
+    unique: bool = False
+
+    @property
+    def columns(self) -> list[str]:
+        return [self.order_by, *([self.within] if self.within else [])]
+
+
+def descending(column: str, data_type: DataType) -> str:
+    """SQL text of the fields of a struct (`'name', value, ...`, for `named_struct`) that
+    orders the rows of `column` (of `data_type`) the other way round: nulls last, then the
+    values from the highest down (for doubles, NaN, which Spark orders above every number,
+    first). No arithmetic that can overflow: the bitwise complement of an integer is its
+    mirror image."""
+    value = quoted(column)
+    if isinstance(data_type, IntegralType):
+        mirrored = f"'v', ~{value}"
+    elif isinstance(data_type, DecimalType):
+        mirrored = f"'v', -{value}"
+    elif isinstance(data_type, FloatType | DoubleType):
+        mirrored = f"'number', NOT isnan({value}), 'v', -{value}"
+    elif isinstance(data_type, DateType):
+        mirrored = f"'v', ~unix_date({value})"
+    elif isinstance(data_type, TimestampType):
+        mirrored = f"'v', ~unix_micros({value})"
+    elif isinstance(data_type, TimestampNTZType):
+        mirrored = f"'v', ~timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', {value})"
+    else:
+        raise TypeError(f"an order column must be a number, a date or a timestamp, {column!r} is "
+                        f"{data_type.simpleString()}")
+    return f"'null', {value} IS NULL, {mirrored}"
+
+
 # The key has an actual row: its newest committed version (`__actual`) is an upsert.
 _HAS_ACTUAL_ROW = f"({ACTUAL} IS NOT NULL AND {ACTUAL}.{quoted(SYS_OP)} = {OP_UPSERT})"
 
 
-def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str], keep: Sequence[str] = ()) -> DataFrame:
-    """Data columns and sys_op, with non-key columns nulled for deletes (and `keep`)."""
+def state_of(df: DataFrame, schema: StructType, primary_key: Sequence[str], keep: Sequence[str] = (),
+             extra: Sequence[str] = ()) -> DataFrame:
+    """Data columns and sys_op, with non-key columns nulled for deletes (and `keep`, and
+    the SQL expressions `extra` of `df`'s columns as they are)."""
     is_delete = f"{quoted(SYS_OP)} = {OP_DELETE}"
     columns = [
         quoted(f.name) if f.name in primary_key
         else f"{case_when([(is_delete, 'NULL')], quoted(f.name))} AS {quoted(f.name)}"
         for f in schema.fields
     ]
-    return df.selectExpr(*columns, quoted(SYS_OP), *[quoted(c) for c in keep])
+    return df.selectExpr(*columns, quoted(SYS_OP), *[quoted(c) for c in keep], *extra)
 
 
 def classify(
@@ -130,6 +216,8 @@ def classify(
     refused: str | None = None,
     partitions: int | None = None,
     replacing: bool = False,
+    order: StateOrder | None = None,
+    order_type: DataType | None = None,
 ) -> DataFrame:
     """One row per incoming key: its state, a `__kind`, and the actual version (`__actual`,
     whose data a tombstone carries).
@@ -144,6 +232,8 @@ def classify(
     `replacing`: the candidates are the versions of the keys the write replaces
     (`Replacement`): a key among them whose actual version is an upsert and that has no
     incoming row gets the state of a delete, classified like an incoming one.
+    `order`: the key's state is its last row's (`StateOrder`; the order column is of
+    `order_type`): its min and max are taken among the rows at the key's highest order.
 
     `partitions`: None, Spark plans the grouping's shuffle; 1, the rows are gathered in
     one partition first, which satisfies the grouping without an exchange (a small write:
@@ -167,15 +257,33 @@ def classify(
     def struct_of(columns: Sequence[str]) -> str:
         return "struct({})".format(", ".join(quoted(c) for c in columns))
 
+    state = struct_of(state_columns)
+    within = order is not None and order.within is not None
+    # Per incoming row, what the grouping takes the key's first and last state from.
+    if order is None:
+        ordered, extra = [f"{state} AS {_INCOMING}"], []
+        first_state, last_state, rows = f"min({_INCOMING})", f"max({_INCOMING})", f"count({_INCOMING})"
+    else:
+        if order_type is None:
+            raise ValueError("an ordered write needs its order column's type")
+        extra = [f"{quoted(order.order_by)} AS {_ORDER}",
+                 *([f"{quoted(order.within)} AS {_WITHIN}"] if order.within else [])]
+        ordered = [f"named_struct('o', {_ORDER}, 's', {state}) AS {_LAST_ORDERED}",
+                   *([] if order.unique else
+                     [f"named_struct({descending(_ORDER, order_type)}, 's', {state}) AS {_FIRST_ORDERED}"]),
+                   *([f"{state} AS {_INCOMING}", _WITHIN] if within else [])]
+        last_state = f"max({_LAST_ORDERED}).s"
+        # Unique order values cannot tie: the last state is the first one at the top.
+        first_state = last_state if order.unique else f"min({_FIRST_ORDERED}).s"
+        rows = f"count({_LAST_ORDERED})"
     flag = [f"CAST(coalesce({quoted(refused)}, false) AS INT) AS {_REFUSED}"] if refused else []
     parts = [
-        state_of(incoming, schema, primary_key, keep=[refused] if refused else []).selectExpr(
-            *keys, f"{struct_of(state_columns)} AS {_INCOMING}", f"{bad_op} AS {BAD_OP_VALUE}",
-            f"{bad_null} AS {_BAD_NULL}", *flag,
+        state_of(incoming, schema, primary_key, keep=[refused] if refused else [], extra=extra).selectExpr(
+            *keys, *ordered, f"{bad_op} AS {BAD_OP_VALUE}", f"{bad_null} AS {_BAD_NULL}", *flag,
         )
     ]
     if prior is not None:
-        parts.append(state_of(prior, schema, primary_key).selectExpr(*keys, f"{struct_of(state_columns)} AS {PRIOR}"))
+        parts.append(state_of(prior, schema, primary_key).selectExpr(*keys, f"{state} AS {PRIOR}"))
     if candidates is not None:
         parts.append(candidates.selectExpr(*keys, f"{struct_of([SYS_FROM, *state_columns])} AS {ACTUAL}"))
     union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
@@ -186,12 +294,16 @@ def classify(
     # The columns each step adds are named here, not asked of the frames: a Spark
     # Connect client would ask the server to analyse the plan for each.
     looked_up = [name for name, part in ((PRIOR, prior), (ACTUAL, candidates)) if part is not None]
+    spread = [_ANY_FIRST, _ANY_LAST, WITHIN_LOW, WITHIN_HIGH] if within else []
     aggregates = [
-        f"min({_INCOMING}) AS {_FIRST}",
-        f"max({_INCOMING}) AS {_LAST}",
+        f"{first_state} AS {_FIRST}",
+        f"{last_state} AS {_LAST}",
+        f"{rows} AS {_ROWS}",
         f"max({BAD_OP_VALUE}) AS {BAD_OP_VALUE}",
         f"max({_BAD_NULL}) AS {_BAD_NULL}",
         *([f"max({_REFUSED}) AS {_REFUSED}"] if refused else []),
+        *([f"min({_INCOMING}) AS {_ANY_FIRST}", f"max({_INCOMING}) AS {_ANY_LAST}",
+           f"min({_WITHIN}) AS {WITHIN_LOW}", f"max({_WITHIN}) AS {WITHIN_HIGH}"] if within else []),
         *[f"max({c}) AS {c}" for c in looked_up],
     ]
     grouped = union.groupBy(*[F.col(k) for k in keys]).agg(*[F.expr(a) for a in aggregates])
@@ -207,7 +319,7 @@ def classify(
         *[f"({first}).{quoted(c)} AS {quoted(c)}" for c in state_columns],
         f"{first} AS {_FIRST}",
         f"{last} AS {_LAST}",
-        BAD_OP_VALUE, _BAD_NULL, *([_REFUSED] if refused else []), *looked_up,
+        _ROWS, BAD_OP_VALUE, _BAD_NULL, *([_REFUSED] if refused else []), *spread, *looked_up,
     )
 
     null_key = any_of(f"{quoted(f.name)} IS NULL" for f in schema.fields if f.name in primary_key and not f.nullable)
@@ -216,8 +328,11 @@ def classify(
         (null_key, BAD_KEY),
         (f"{BAD_OP_VALUE} IS NOT NULL", BAD_OP),
         (f"{_BAD_NULL} = 1", BAD_NULL),
-        (f"NOT ({_FIRST} <=> {_LAST})", CONFLICT_IN_WRITE),
     ]
+    if within:
+        branches.append((f"NOT ({WITHIN_LOW} <=> {WITHIN_HIGH}) AND NOT ({_ANY_FIRST} <=> {_ANY_LAST})",
+                         CONFLICT_UNORDERED))
+    branches.append((f"NOT ({_FIRST} <=> {_LAST})", CONFLICT_IN_WRITE))
     if prior is not None:
         same = all_of(f"{quoted(c)} <=> {PRIOR}.{quoted(c)}" for c in state_columns)
         branches += [(f"{PRIOR} IS NOT NULL AND NOT ({same})", CONFLICT_IN_DELTA), (f"{PRIOR} IS NOT NULL", SEEN)]
@@ -227,7 +342,8 @@ def classify(
                      (f"{op} = {OP_DELETE} AND {_HAS_ACTUAL_ROW}", DELETE)]
     branches.append((f"{op} = {OP_DELETE}", UNCHANGED))
     kind = case_when([(condition, string_literal(k)) for condition, k in branches], string_literal(UPSERT))
-    kept = [*primary_key, *state_columns, BAD_OP_VALUE, *([ACTUAL] if candidates is not None else [])]
+    kept = [*primary_key, *state_columns, BAD_OP_VALUE, _ROWS, *([WITHIN_LOW, WITHIN_HIGH] if within else []),
+            *([ACTUAL] if candidates is not None else [])]
     return states.selectExpr(*[quoted(c) for c in kept], f"{kind} AS {KIND}")
 
 
@@ -239,7 +355,8 @@ def counts_of(classified: DataFrame, committed: bool) -> list[Column]:
     conditions = [(f"{KIND} = {string_literal(kind)}", kind) for kind in KINDS]
     if committed:
         conditions.append((f"{KIND} = {string_literal(UPSERT)} AND NOT {_HAS_ACTUAL_ROW}", INSERTED))
-    return [F.expr(f"sum({case_when([(condition, '1')], '0')}) AS {name}") for condition, name in conditions]
+    counts = [F.expr(f"sum({case_when([(condition, '1')], '0')}) AS {name}") for condition, name in conditions]
+    return [*counts, F.expr(f"sum({case_when([(f'{_ROWS} > 1', f'{_ROWS} - 1')], '0')}) AS {SUPERSEDED}")]
 
 
 def stats_of(counts: Mapping[str, Any], committed: bool) -> WriteStats:
@@ -247,7 +364,8 @@ def stats_of(counts: Mapping[str, Any], committed: bool) -> WriteStats:
     nothing committed every upsert is of a key without an actual row."""
     upserted = int(counts.get(UPSERT) or 0)
     inserted = int(counts.get(INSERTED) or 0) if committed else upserted
-    return WriteStats(upserted, int(counts.get(DELETE) or 0), int(counts.get(UNCHANGED) or 0), inserted)
+    return WriteStats(upserted, int(counts.get(DELETE) or 0), int(counts.get(UNCHANGED) or 0), inserted,
+                      int(counts.get(SUPERSEDED) or 0))
 
 
 def versions_of(classified: DataFrame, schema: StructType, primary_key: Sequence[str], delta_num: int,

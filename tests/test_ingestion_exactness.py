@@ -1,0 +1,300 @@
+"""Exactness of ingestion: what a keyed Kafka topic sends, range after range, equals a
+plain Python model of it.
+
+Generated histories (a hypothesis state machine against the real broker and real Spark)
+send keyed messages to a topic of one or two partitions and ingest a range after each
+send: several messages of one key in a range (the last by offset wins), a key's messages
+spread over both partitions (refused while offsets alone order them; the history then
+declares a value column, `seq`, that orders them everywhere), tombstones (a key and no
+value: the key is deleted), and values that do not fit `value_schema` (a string for a
+double or a bigint, a value that is not JSON, a tombstone whose key is no event id, a
+message with neither key nor value). A history's job fails on malformed records or
+quarantines them; a failed range is retried with the option its error names
+(`on_malformed="quarantine"`, `order_by`), without new messages. Some jobs shape the rows
+with a transform that keeps the order columns. After every range the target table and
+the quarantine table equal the model's, and the range's counts the model's.
+
+`make test` runs a few histories (`EXACTNESS_HISTORIES`, as `tests/test_engine_exactness.py`
+reads it, scaled down: each step of these is a broker round trip and two Spark jobs);
+`make exactness` runs many.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from offset_assets.control_plane import connect, database
+from offset_assets.ranges.errors import IngestionError, MalformedValueError
+from offset_assets.ranges.ingestion import QUARANTINE_KEY, QUARANTINE_SCHEMA, IngestionJob, RangeIngestion, TargetTable
+from offset_assets.ranges.kafka import KafkaSource
+from offset_assets.ranges.planners import KafkaOffsetPlanner
+from offset_assets.spark import get_spark_session
+from offset_assets.versioned.errors import UnorderedStatesError
+from offset_assets.versioned.table import VersionedTable
+
+# A fifth of the engine's histories (each of its steps costs about as much as a whole
+# history of these), at least 2; shards of 10 in the long mode.
+HISTORIES = max(2, int(os.environ.get("EXACTNESS_HISTORIES", "25")) // 5)
+SHARDS = max(1, HISTORIES // 10)
+SHARD_SETTINGS = settings(
+    max_examples=-(-HISTORIES // SHARDS),
+    stateful_step_count=5,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+
+EVENT = T.StructType([
+    T.StructField("event_id", T.LongType(), True),
+    T.StructField("kind", T.StringType(), True),
+    T.StructField("amount", T.DoubleType(), True),
+])
+# The values: the event and its sequence number, which the history may declare as the order.
+VALUE = T.StructType([*EVENT.fields, T.StructField("seq", T.LongType(), True)])
+
+KEYS = st.integers(min_value=1, max_value=4)
+KINDS = st.sampled_from(["view", "buy"])  # few values: some messages leave a row unchanged
+AMOUNTS = st.sampled_from([None, 1.0, 2.5])
+# How a message does not fit: (the value's field, its text) or the whole message.
+MALFORMED = st.sampled_from(["amount", "seq", "not_json", "bad_key_tombstone", "no_key_no_value"])
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message as sent: its key and value texts (None: none), where it went, and what
+    the model makes of it."""
+
+    key: str | None
+    value: str | None
+    partition: int
+    offset: int
+    event_id: int | None = None  # the key the message is about (None: malformed)
+    state: tuple | None = None  # (kind, amount, sys_op) of the row it gives its key
+    seq: int | None = None
+    reason: str | None = None  # why it does not fit, as the range reports it
+
+    def source_key(self, topic: str) -> str:
+        return f"{topic}/{self.partition}@{self.offset}"
+
+
+@dataclass
+class IngestionModel:
+    """The target and the quarantine table in plain Python."""
+
+    topic: str
+    events: dict[int, tuple] = field(default_factory=dict)
+    quarantine: dict[str, tuple] = field(default_factory=dict)  # source key -> (raw value, reason, job_id)
+
+    def last_states(self, messages: list[Message], order_by_seq: bool) -> dict[int, tuple]:
+        """The state each key's messages leave: the last by seq (a tombstone, without one,
+        before any message that has one), else the last by offset within its partition."""
+        rank = (lambda m: (m.seq is not None, m.seq or 0)) if order_by_seq else (lambda m: m.offset)
+        last: dict[int, Message] = {}
+        for message in messages:
+            if message.event_id not in last or rank(message) > rank(last[message.event_id]):
+                last[message.event_id] = message
+        return {key: message.state for key, message in last.items()}
+
+    @staticmethod
+    def unordered_keys(messages: list[Message]) -> set[int]:
+        """Keys with different states in more than one partition: offsets do not order them."""
+        by_key: dict[int, list[Message]] = {}
+        for message in messages:
+            by_key.setdefault(message.event_id, []).append(message)
+        return {key for key, sent in by_key.items()
+                if len({m.partition for m in sent}) > 1 and len({m.state for m in sent}) > 1}
+
+
+class IngestionExactness(RuleBasedStateMachine):
+    """One history: a topic, a job and its model."""
+
+    broker = None
+    workdir = ""
+    durations: list[float] = []
+    seen: Counter[str] = Counter()  # what the histories of a shard went through
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spark = get_spark_session()
+        self.started = time.monotonic()
+
+    @initialize(partitions=st.integers(min_value=1, max_value=2), quarantines=st.booleans(),
+                transformed=st.booleans())
+    def start(self, partitions: int, quarantines: bool, transformed: bool) -> None:
+        name = uuid.uuid4().hex[:10]
+        self.db_url = f"sqlite:///{self.workdir}/{name}.db"
+        self.warehouse = f"{self.workdir}/{name}"
+        self.plane = connect(self.db_url)
+        self.topic = self.broker.new_topic("history", partitions=partitions)
+        self.partitions = partitions
+        self.on_malformed = "quarantine" if quarantines else "fail"
+        self.order_by_seq = False
+        self.transformed = transformed
+        self.offsets = [0] * partitions
+        self.seq = 0
+        self.model = IngestionModel(self.topic)
+
+    def teardown(self) -> None:
+        if hasattr(self, "db_url"):
+            database.forget(self.db_url)
+        self.durations.append(time.monotonic() - self.started)
+
+    def job(self) -> IngestionJob:
+        order = ["seq"] if self.order_by_seq else ["kafka_partition", "kafka_offset"]
+
+        def shaped(rows):  # the target's columns, sys_op and the order's columns
+            return rows.select("event_id", F.col("kind"), "amount", "sys_op", *order)
+
+        source = KafkaSource(self.broker.bootstrap_servers, [self.topic], value_schema=VALUE, message_key="event_id",
+                             order_by="seq" if self.order_by_seq else None, timeout_s=10.0)
+        return IngestionJob("events", source, KafkaOffsetPlanner(), TargetTable("events", ["event_id"], EVENT),
+                            transform=shaped if self.transformed else None, on_malformed=self.on_malformed)
+
+    # -- what is sent -----------------------------------------------------------------------
+
+    def message(self, data: st.DataObject) -> Message:
+        key = data.draw(KEYS)
+        text = None if key is None else str(key)  # a NULL key is sent without a message key
+        # A keyed producer sends a key to one partition; now and then one sends it elsewhere.
+        partition = (key or 0) % self.partitions if data.draw(st.integers(0, 5)) else data.draw(
+            st.integers(0, self.partitions - 1))
+        offset = self.offsets[partition]
+        self.offsets[partition] += 1
+        kind = data.draw(st.sampled_from(["upsert", "upsert", "tombstone", "malformed"]))
+        where = f"Kafka topic '{self.topic}' partition {partition} offset {offset}: "
+        if kind == "tombstone":
+            if text is None:  # no key to delete
+                return Message(None, None, partition, offset, reason=f"{where}a message with neither a value nor a key")
+            return Message(text, None, partition, offset, key, (None, None, 1))
+        self.seq += 1
+        values = {"event_id": key, "kind": data.draw(KINDS), "amount": data.draw(AMOUNTS), "seq": self.seq}
+        if kind == "upsert":
+            return Message(text, json.dumps(values), partition, offset, key,
+                           (values["kind"], values["amount"], 0), self.seq)
+        how = data.draw(MALFORMED)
+        if how in ("amount", "seq"):
+            values[how] = "x-1"
+            shown = "double" if how == "amount" else "bigint"
+            return Message(text, json.dumps(values), partition, offset,
+                           reason=f"{where}column {how!r} holds 'x-1', which is not {shown}")
+        if how == "not_json":
+            return Message(text, "not json", partition, offset, reason=f"{where}the value is not a JSON object")
+        if how == "bad_key_tombstone":
+            return Message(f"k{key}", None, partition, offset,
+                           reason=f"{where}the message key 'k{key}' does not fit column(s) event_id")
+        return Message(None, None, partition, offset, reason=f"{where}a message with neither a value nor a key")
+
+    @rule(data=st.data(), count=st.integers(min_value=0, max_value=7))
+    def send_and_ingest_a_range(self, data: st.DataObject, count: int) -> None:
+        sent = [self.message(data) for _ in range(count)]
+        for partition in range(self.partitions):
+            batch = [(m.key, m.value) for m in sent if m.partition == partition]
+            if batch:
+                self.broker.send(self.topic, batch, partition=partition)
+        self.ingest(sent)
+
+    # -- a range and what the model says of it ----------------------------------------------
+
+    def ingest(self, sent: list[Message]) -> None:
+        """Run the due range (retried with the option its failure names until it succeeds)
+        and compare the tables and counts with the model's."""
+        malformed = [m for m in sent if m.reason is not None]
+        valid = [m for m in sent if m.reason is None]
+        while True:
+            ingestion = RangeIngestion(self.spark, self.plane, self.job(), self.warehouse)
+            expected_failure = self.expected_failure(malformed, valid)
+            if expected_failure is None:
+                results = ingestion.run_pending()
+                break
+            with pytest.raises(IngestionError) as refused:
+                ingestion.run_pending()
+            expected_failure(refused.value)
+            self.seen[f"ranges refused: {type(refused.value.__cause__).__name__}"] += 1
+            self.check_tables()  # a failed range commits nothing
+        if not sent:
+            assert results == []
+            return
+        (result,) = results
+        states = self.model.last_states(valid, self.order_by_seq)
+        for key, (kind, amount, sys_op) in states.items():
+            if sys_op:
+                self.model.events.pop(key, None)
+            else:
+                self.model.events[key] = (kind, amount)
+        for message in malformed:
+            self.model.quarantine[message.source_key(self.topic)] = (message.value, message.reason, result.job_id)
+        assert (result.rows_read, result.keys_written, result.superseded_in_range, result.rows_quarantined) == (
+            len(sent), len(states), len(valid) - len(states), len(malformed))
+        for happened, what in [(len(valid) > len(states), "a key's rows superseded in a range"),
+                               (any(sys_op for _, _, sys_op in states.values()), "a key deleted by a tombstone"),
+                               (malformed, "records quarantined"), (self.order_by_seq, "ordered by seq")]:
+            if happened:
+                self.seen[what] += 1
+        self.check_tables()
+
+    def expected_failure(self, malformed: list[Message], valid: list[Message]):
+        """What the range must fail with now, as a check of the error (None: it succeeds);
+        the job is changed as the error says, for the retry (the one run now was built)."""
+        if malformed and self.on_malformed == "fail":
+            first = min(malformed, key=lambda m: m.source_key(self.topic))
+            self.on_malformed = "quarantine"
+
+            def malformed_record(error: IngestionError) -> None:
+                assert isinstance(error.__cause__, MalformedValueError)
+                assert f"MalformedValueError: {first.reason} ({len(malformed)} malformed record(s)" in str(error)
+
+            return malformed_record
+        unordered = set() if self.order_by_seq else IngestionModel.unordered_keys(valid)
+        if unordered:
+            self.order_by_seq = True
+
+            def unordered_states(error: IngestionError) -> None:
+                refused = error.__cause__.__cause__
+                assert isinstance(refused, UnorderedStatesError), error
+                assert {key["event_id"] for key in refused.keys} <= unordered
+                assert f"({len(unordered)} key(s) in all)" in str(refused)
+
+            return unordered_states
+        return None
+
+    def check_tables(self) -> None:
+        events = VersionedTable(self.spark, self.plane, "events", ["event_id"], EVENT, warehouse=self.warehouse)
+        actual = {r.event_id: (r.kind, r.amount) for r in events.read_actual().collect()}
+        assert actual == self.model.events
+        quarantine = VersionedTable(self.spark, self.plane, "events__quarantine", QUARANTINE_KEY, QUARANTINE_SCHEMA,
+                                    warehouse=self.warehouse)
+        held = {r.source_key: (r.raw_value, r.reason, r.job_id) for r in quarantine.read_actual().collect()
+                if r.job_name == "events"}
+        assert held == self.model.quarantine
+
+
+@pytest.fixture(scope="module")
+def history_workdir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("ingestion_exactness"))
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_ingested_ranges_equal_the_model_of_what_the_topic_sent(spark, kafka_broker, history_workdir, shard):
+    IngestionExactness.broker = kafka_broker
+    IngestionExactness.workdir = history_workdir
+    IngestionExactness.durations = []
+    IngestionExactness.seen = Counter()
+    started = time.monotonic()
+    run_state_machine_as_test(seed(20261129 + shard)(lambda: IngestionExactness()), settings=SHARD_SETTINGS)
+    durations = IngestionExactness.durations
+    print(f"ingestion exactness shard {shard}: {len(durations)} histories in {time.monotonic() - started:.0f} s; "
+          f"{dict(IngestionExactness.seen)}")
