@@ -31,6 +31,8 @@ COMMANDS = {
     "reprocess": ["reprocess", "t", "--yes"],
     "init-offsets": ["init-offsets", "t", "--input", "posts"],
     "deltas": ["deltas", "orders"],
+    "show": ["show", "orders"],
+    "sql": ["sql", "SELECT * FROM orders"],
     "jobs": ["jobs"],
     "compact": ["compact", "orders"],
     "cleanup": ["cleanup"],

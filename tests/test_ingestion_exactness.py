@@ -6,7 +6,7 @@ send keyed messages to a topic of one or two partitions and ingest a range after
 send: several messages of one key in a range (the last by offset wins), a key's messages
 spread over both partitions (refused while offsets alone order them; the history then
 declares a value column, `seq`, that orders them everywhere), tombstones (a key and no
-value: the key is deleted), and values that do not fit `value_schema` (a string for a
+value: the key is deleted), NULL event ids (a key of their own), and values that do not fit `value_schema` (a string for a
 double or a bigint, a value that is not JSON, a tombstone whose key is no event id, a
 message with neither key nor value). A history's job fails on malformed records or
 quarantines them; a failed range is retried with the option its error names
@@ -66,7 +66,8 @@ EVENT = T.StructType([
 # The values: the event and its sequence number, which the history may declare as the order.
 VALUE = T.StructType([*EVENT.fields, T.StructField("seq", T.LongType(), True)])
 
-KEYS = st.integers(min_value=1, max_value=4)
+# A NULL event id is a key too (the target's key column is nullable): sent without a message key.
+KEYS = st.one_of(st.none(), st.integers(min_value=1, max_value=4))
 KINDS = st.sampled_from(["view", "buy"])  # few values: some messages leave a row unchanged
 AMOUNTS = st.sampled_from([None, 1.0, 2.5])
 # How a message does not fit: (the value's field, its text) or the whole message.
