@@ -242,7 +242,8 @@ class IngestionExactness(RuleBasedStateMachine):
             len(sent), len(states), len(valid) - len(states), len(malformed))
         for happened, what in [(len(valid) > len(states), "a key's rows superseded in a range"),
                                (any(sys_op for _, _, sys_op in states.values()), "a key deleted by a tombstone"),
-                               (malformed, "records quarantined"), (self.order_by_seq, "ordered by seq")]:
+                               (malformed, "records quarantined"), (self.order_by_seq, "ordered by seq"),
+                               (None in states, "a NULL event id written")]:
             if happened:
                 self.seen[what] += 1
         self.check_tables()
