@@ -37,10 +37,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
+from offset_assets.engine.changed_keys import DistributedKeys, KeysLike, LocalKeys, RunSnapshot, select_keys
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError, error_text
-from offset_assets.engine.index_request import RunSnapshot
-from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
