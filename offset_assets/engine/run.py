@@ -129,8 +129,8 @@ class TransformationRun:
             self._session_settings.enter_context(small_run_settings(
                 self.spark, self.state.versions_stored.values(), self.engine.small_run_rows_limit))
         with self._profiler.phase("changed_index"):
-            selected = select_keys(self.t, self.meta, self.state, self._explicit_keys, self.engine.pushdown_limit,
-                                   self.engine.driver_keys_limit)
+            selected = select_keys(self.t, self.meta, self.state.request, self.state.by_input, self._explicit_keys,
+                                   self.engine.pushdown_limit, self.engine.driver_keys_limit)
         self._keys = selected.keys
         self._loader = InputLoader(self.t, self.state.snapshot.deltas, selected.deltas_read,
                                    selected.keys.marked_by if isinstance(selected.keys, LocalKeys) else {},

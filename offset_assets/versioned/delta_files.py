@@ -19,13 +19,11 @@ from offset_assets.spark import is_connect_session
 from offset_assets.versioned import writes
 from offset_assets.versioned.evaluation import ROWS_PER_PARTITION
 from offset_assets.versioned.hot_table import HotTable
-from offset_assets.versioned.layout import SYS_OP, noop_path, write_path
+from offset_assets.versioned.layout import ROWS_PER_FILE, SYS_OP, noop_path, write_path
 from offset_assets.versioned.writes import WriteStats
 
-__all__ = ["ROWS_PER_FILE", "DeltaFiles", "write_partitions"]
+__all__ = ["DeltaFiles", "write_partitions"]
 
-# Versions per Parquet file written by one write (more files only for very large writes).
-ROWS_PER_FILE = 1_000_000
 # Options of every write into a delta. No `_SUCCESS` marker: the catalog's commit says
 # which writes are complete, and readers list files, not markers (a tiny write 73 -> 64 ms:
 # one file fewer to create, checksum and rename). Passed with the write, not set on the

@@ -31,11 +31,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DecimalType, IntegralType, StringType, TimestampType
 
 from offset_assets.local_frames import collect_instants, timestamp_columns
-from offset_assets.versioned.delta_files import ROWS_PER_FILE
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.hot_table import HotTable
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
+from offset_assets.versioned.layout import ROWS_PER_FILE
 from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.writes import Replacement
 

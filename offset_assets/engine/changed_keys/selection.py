@@ -21,8 +21,8 @@ from offset_assets.engine.changed_keys.held_keys import (
     local_from_rows,
 )
 from offset_assets.engine.changed_keys.index import compute_changed_index
+from offset_assets.engine.changed_keys.request import IndexRequest
 from offset_assets.engine.errors import TransformationOutputError
-from offset_assets.engine.state import RunState
 from offset_assets.engine.transformation import Transformation
 from offset_assets.local_frames import collect_instants, timestamp_columns
 from offset_assets.versioned.caching import storage_level
@@ -41,16 +41,16 @@ class SelectedKeys:
     deltas_read: Mapping[str, Sequence[DeltaInfo]] = field(default_factory=dict)
 
 
-def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explicit: KeysLike | None,
+def select_keys(t: Transformation, meta: VersionedTable, request: IndexRequest | None,
+                by_input: Mapping[str, Sequence[DeltaInfo]], explicit: KeysLike | None,
                 pushdown_limit: int, limit: int) -> SelectedKeys:
-    """The keys of a run: `explicit` ones (a changelist), else the changed index of `state`,
+    """The keys of a run: `explicit` ones (a changelist), else the changed index a full
+    run's `request` asks for (`by_input`: the deltas each input contributes, `RunState`),
     collected when within `limit` rows, else kept distributed."""
     columns = list(t.transform_keys)
     if explicit is not None:
         return SelectedKeys(explicit_keys(t, explicit, limit))
     key_types = {c: meta.schema[c].dataType for c in columns}
-    request = state.request
-    by_input = state.by_input
     deltas_read = by_input if request.use_offsets else {}
     index = compute_changed_index(t, meta, request, pushdown_limit, by_input, broadcast_limit=limit)
     if index is None:
