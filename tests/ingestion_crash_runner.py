@@ -19,7 +19,7 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.ranges.ingestion import RangeIngestion
 from offset_assets.spark import LOCAL_TEST_CONF, SHORT_JVM_OPTIONS, get_spark_session
-from offset_assets.versioned import hot_delta
+from offset_assets.versioned import delta_files
 from tests.test_ingestion_dead_writer import DAGSTER_PARTITION, customers_job, events_job
 
 
@@ -29,13 +29,13 @@ def die() -> None:
 
 def arm(point: str) -> None:
     if point == "during_write":
-        write_sorted = hot_delta._write_sorted
+        write_sorted = delta_files._write_sorted
 
         def write_then_die(*args, **kwargs):
             write_sorted(*args, **kwargs)
             die()
 
-        hot_delta._write_sorted = write_then_die
+        delta_files._write_sorted = write_then_die
     elif point == "inside_commit":
         mark_success = JobLog.mark_success
 

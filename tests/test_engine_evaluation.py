@@ -16,7 +16,7 @@ from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import local_frame
 from offset_assets.ranges.ingestion import RangeIngestion
 from offset_assets.spark import temporary_setting
-from offset_assets.versioned import VersionedTable, hot_delta
+from offset_assets.versioned import VersionedTable, delta_files, hot_delta
 from offset_assets.versioned.evaluation import (
     ADAPTIVE_EXECUTION,
     CODEGEN_FACTORY_MODE,
@@ -134,13 +134,13 @@ def test_an_ingestion_range_into_a_small_table_is_written_as_a_small_run(compile
 def test_a_direct_write_of_local_rows_into_a_small_table_is_written_as_a_small_run(
         compiled_session, sqlite_url, warehouse, monkeypatch):
     spark, seen = compiled_session, []
-    write_sorted = hot_delta._write_sorted
+    write_sorted = delta_files._write_sorted
 
     def recording_write_sorted(frame, path, primary_key):
         seen.append(settings(spark))
         return write_sorted(frame, path, primary_key)
 
-    monkeypatch.setattr(hot_delta, "_write_sorted", recording_write_sorted)
+    monkeypatch.setattr(delta_files, "_write_sorted", recording_write_sorted)
     items = VersionedTable(spark, connect(sqlite_url), "items", ["item_id"], ITEMS, warehouse=warehouse)
     items.write_delta(local_frame(spark, [(1, "bolt"), (2, "nut")], ITEMS))
     # Classified against 2 versions; its unchanged row gets a file of its own (2 writes).

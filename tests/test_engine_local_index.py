@@ -14,7 +14,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offset_assets.engine.keys import local_from_rows
+from offset_assets.engine.changed_keys.held_keys import local_from_rows
 
 
 def model(width: int, rows: list[tuple], batch_size: int | None) -> tuple[list, dict, list]:

@@ -21,8 +21,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from bench.posts_world import make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.changed_index import BATCH_COL, FIRST_TS_COL
-from offset_assets.engine.keys import distributed_from_rows, local_from_rows
+from offset_assets.engine.changed_keys.held_keys import distributed_from_rows, local_from_rows
+from offset_assets.engine.changed_keys.index import BATCH_COL, FIRST_TS_COL
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import local_frame

@@ -20,7 +20,7 @@ from offset_assets.ranges.planners import (
 )
 from offset_assets.ranges.sources import FolderSource, SqlTableSource
 from offset_assets.spark_jobs import count_spark_jobs
-from offset_assets.versioned import hot_delta
+from offset_assets.versioned import write_candidates
 from offset_assets.versioned.table import VersionedTable
 from tests.customers_source import CUSTOMERS
 
@@ -270,7 +270,7 @@ def test_an_id_range_into_a_large_table_is_read_classified_and_written_in_one_sp
         db_url, spark, warehouse, source_url, monkeypatch, adaptive):
     spark.conf.set("spark.sql.adaptive.enabled", adaptive)
     # Every committed table counts as large: its candidates are bounded by the id range.
-    monkeypatch.setattr(hot_delta, "WHOLE_SCAN_ROWS", 0)
+    monkeypatch.setattr(write_candidates, "WHOLE_SCAN_ROWS", 0)
     plane = connect(db_url)
     day = datetime(2022, 1, 1)
     insert_customers(source_url, *[(f"c{i}", "Oslo", day) for i in range(30)])

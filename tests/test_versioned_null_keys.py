@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
-from offset_assets.versioned import VersionedTable, hot_delta
+from offset_assets.versioned import VersionedTable, delta_files, hot_delta, write_candidates
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.errors import ConflictingStatesError
 
@@ -49,13 +49,13 @@ def test_a_null_key_is_one_key_written_updated_deleted_and_written_again_on_ever
         spark, sqlite_url, warehouse, monkeypatch, path):
     if path == "shuffled":  # above the small-write limit: shuffled by key into partitions
         monkeypatch.setattr(hot_delta, "SMALL_WRITE_ROWS", 0)
-        monkeypatch.setattr(hot_delta, "ROWS_PER_PARTITION", 1)
+        monkeypatch.setattr(delta_files, "ROWS_PER_PARTITION", 1)
     if path.startswith("candidates bounded"):  # the candidate scan bounded by the written keys
-        monkeypatch.setattr(hot_delta, "WHOLE_SCAN_ROWS", 0)
+        monkeypatch.setattr(write_candidates, "WHOLE_SCAN_ROWS", 0)
     compacted = path.endswith(", compacted")
     path = path.removesuffix(", compacted")
     if "min/max" in path:
-        monkeypatch.setattr(hot_delta, "IN_LIST_ROWS", 0)
+        monkeypatch.setattr(write_candidates, "IN_LIST_ROWS", 0)
     table = VersionedTable(spark, connect(sqlite_url), "nullable_keys", ["id"], SCHEMA, warehouse=warehouse)
     for number, (rows, versions, after) in enumerate(HISTORY, start=1):
         df = spark.createDataFrame(rows, ROWS)

@@ -12,7 +12,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 
 from offset_assets.control_plane import connect
 from offset_assets.spark_jobs import count_spark_jobs
-from offset_assets.versioned import VersionedTable, hot_delta
+from offset_assets.versioned import VersionedTable, delta_files, hot_delta, write_candidates
 from offset_assets.versioned.errors import (
     ConflictingStatesError,
     InvalidSysOpError,
@@ -38,7 +38,7 @@ HISTORY = [
 def shuffled(monkeypatch) -> None:
     """Every write counts as large: shuffled by key into one partition per core."""
     monkeypatch.setattr(hot_delta, "SMALL_WRITE_ROWS", 0)
-    monkeypatch.setattr(hot_delta, "ROWS_PER_PARTITION", 1)
+    monkeypatch.setattr(delta_files, "ROWS_PER_PARTITION", 1)
 
 
 def tables(spark, sqlite_url, warehouse):
@@ -72,9 +72,9 @@ def test_a_write_given_its_row_count_stores_the_versions_and_counts_of_one_count
     if path == "shuffled":  # above the small-write limit: shuffled by key into partitions
         shuffled(monkeypatch)
     if path.startswith("candidates bounded"):  # the candidate scan bounded by the written keys
-        monkeypatch.setattr(hot_delta, "WHOLE_SCAN_ROWS", 0)
+        monkeypatch.setattr(write_candidates, "WHOLE_SCAN_ROWS", 0)
     if path == "candidates bounded by min/max":
-        monkeypatch.setattr(hot_delta, "IN_LIST_ROWS", 0)
+        monkeypatch.setattr(write_candidates, "IN_LIST_ROWS", 0)
     counted_first, one_pass = tables(spark, sqlite_url, warehouse)
     for rows in HISTORY:
         df = spark.createDataFrame(rows, ROWS)
@@ -89,7 +89,7 @@ def test_a_write_given_its_row_count_stores_the_versions_and_counts_of_one_count
 
 def test_a_bounded_candidate_scan_finds_the_actual_versions_of_keys_spread_over_deltas(
         spark, sqlite_url, warehouse, monkeypatch):
-    monkeypatch.setattr(hot_delta, "WHOLE_SCAN_ROWS", 0)
+    monkeypatch.setattr(write_candidates, "WHOLE_SCAN_ROWS", 0)
     shuffled(monkeypatch)  # the min/max bound of a larger write
     table = VersionedTable(spark, connect(sqlite_url), "spread", ["id"], SCHEMA, warehouse=warehouse)
     for first in (0, 100, 200):
@@ -156,7 +156,7 @@ def test_a_small_last_write_given_its_row_count_is_one_spark_job_under_either_ad
 def test_a_small_write_into_a_large_table_bounds_its_candidates_in_one_more_job(
         spark, sqlite_url, warehouse, monkeypatch, adaptive):
     spark.conf.set("spark.sql.adaptive.enabled", adaptive)
-    monkeypatch.setattr(hot_delta, "WHOLE_SCAN_ROWS", 0)  # every table counts as large
+    monkeypatch.setattr(write_candidates, "WHOLE_SCAN_ROWS", 0)  # every table counts as large
     table = VersionedTable(spark, connect(sqlite_url), "large_table", ["id"], SCHEMA, warehouse=warehouse)
     write(table, spark.createDataFrame([(i, f"n{i}", float(i), 0) for i in range(100)], ROWS), 100)
     increment = spark.createDataFrame([(i, f"n{i}", 1.0, 0) for i in range(95, 105)], ROWS)

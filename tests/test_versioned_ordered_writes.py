@@ -13,7 +13,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 
 from offset_assets.control_plane import connect
 from offset_assets.spark_jobs import count_spark_jobs
-from offset_assets.versioned import VersionedTable, hot_delta
+from offset_assets.versioned import VersionedTable, delta_files, hot_delta
 from offset_assets.versioned.errors import ConflictingStatesError, UnorderedStatesError
 from offset_assets.versioned.writes import StateOrder, descending
 
@@ -56,7 +56,7 @@ def test_the_last_row_of_a_key_by_the_write_order_gives_its_state_and_the_rest_a
     (no tie looked for: this history's ties are of one state) keeps the same states."""
     if large:
         monkeypatch.setattr(hot_delta, "SMALL_WRITE_ROWS", 0)
-        monkeypatch.setattr(hot_delta, "ROWS_PER_PARTITION", 1)
+        monkeypatch.setattr(delta_files, "ROWS_PER_PARTITION", 1)
     target = table(spark, sqlite_url, warehouse)
     order = StateOrder("seq", unique=unique)
     first = spark.createDataFrame([

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
-from offset_assets.versioned import VersionedTable, hot_delta
+from offset_assets.versioned import VersionedTable, write_candidates
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.writes import Replacement
 
@@ -39,7 +39,7 @@ def test_a_replacing_write_updates_inserts_deletes_and_leaves_other_keys_alone(
     table.write_delta(spark.createDataFrame([(5, "v5", 1)], "id bigint, name string, sys_op int"))  # 5 deleted
     rows = {"counted-first": None, "one-partition": 3, "large-table": 3, "shuffled": 60_000}[way]
     if way == "large-table":
-        monkeypatch.setattr(hot_delta, "ONE_TASK_ROWS", 5)  # more versions than one task reads
+        monkeypatch.setattr(write_candidates, "ONE_TASK_ROWS", 5)  # more versions than one task reads
     seen: list[bool] = []
 
     hot = table.open_delta()

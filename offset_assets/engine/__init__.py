@@ -1,5 +1,5 @@
 """The incremental engine (layer 3): `IncrementalEngine` runs transformations; a run
-(`run.py`) reads its state (`state.py`), selects its keys (`keys.py`, `changed_index.py`),
+(`run.py`) reads its state (`state.py`), selects its keys (`changed_keys/`),
 loads inputs (`loading.py`), writes outputs (`outputs.py`) and commits (`commit.py`,
 `meta.py`). Docs: docs/internals.md, "Incremental engine".
 
@@ -13,7 +13,7 @@ from offset_assets.lazy_exports import lazy_getattr
 _EXPORTS = {
     "IncrementalEngine": "offset_assets.engine.incremental_engine",
     "TransformationRun": "offset_assets.engine.run",
-    "KeysLike": "offset_assets.engine.keys",
+    "KeysLike": "offset_assets.engine.changed_keys.held_keys",
     "Transformation": "offset_assets.engine.transformation",
     "TransformInput": "offset_assets.engine.transformation",
     "RunResult": "offset_assets.engine.result",

@@ -17,8 +17,7 @@ from offset_assets.control_plane.leases import DEFAULT_TTL_S, RunLeases
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
-from offset_assets.engine.changed_index import ChangedIndex, compute_changed_index
-from offset_assets.engine.keys import DEFAULT_DRIVER_LIMIT, KeysLike
+from offset_assets.engine.changed_keys import DEFAULT_DRIVER_LIMIT, ChangedIndex, KeysLike, compute_changed_index
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.pending import current_request

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from offset_assets.engine.candidates import INPUT_COL, TS_COL
-from offset_assets.engine.changed_index import compute_changed_index
-from offset_assets.engine.index_request import IndexRequest, RunSnapshot
+from offset_assets.engine.changed_keys import INPUT_COL, TS_COL, IndexRequest, RunSnapshot, compute_changed_index
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.state import RunEngine
 from offset_assets.engine.transformation import Transformation

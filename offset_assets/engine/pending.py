@@ -19,7 +19,7 @@ from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
-from offset_assets.engine.index_request import IndexRequest, RunSnapshot, snapshot_commit_ts
+from offset_assets.engine.changed_keys import IndexRequest, RunSnapshot, snapshot_commit_ts
 from offset_assets.engine.result import RunMode, RunResult
 from offset_assets.engine.transformation import ChangeDetection, meta_table_name
 from offset_assets.errors import OffsetAssetsError

@@ -37,10 +37,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
+from offset_assets.engine.changed_keys import DistributedKeys, KeysLike, LocalKeys, RunSnapshot, select_keys
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError, error_text
-from offset_assets.engine.index_request import RunSnapshot
-from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, select_keys
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
@@ -130,8 +129,8 @@ class TransformationRun:
             self._session_settings.enter_context(small_run_settings(
                 self.spark, self.state.versions_stored.values(), self.engine.small_run_rows_limit))
         with self._profiler.phase("changed_index"):
-            selected = select_keys(self.t, self.meta, self.state, self._explicit_keys, self.engine.pushdown_limit,
-                                   self.engine.driver_keys_limit)
+            selected = select_keys(self.t, self.meta, self.state.request, self.state.by_input, self._explicit_keys,
+                                   self.engine.pushdown_limit, self.engine.driver_keys_limit)
         self._keys = selected.keys
         self._loader = InputLoader(self.t, self.state.snapshot.deltas, selected.deltas_read,
                                    selected.keys.marked_by if isinstance(selected.keys, LocalKeys) else {},

@@ -4,7 +4,7 @@
 last committed delta and the commit clock), the offsets, and for a full run the pending
 reprocess request, the meta deltas listed as holding failed keys, the settled deltas
 (`IndexRequest`) and the deltas each input contributes since its offset, with their row
-counts (which bound the changed index before any Spark job). Key selection (`keys.py`),
+counts (which bound the changed index before any Spark job). Key selection (`changed_keys/`),
 loading (`loading.py`) and the commit plan (`commit.py`) take what they need from it and
 read none of it again; only the commit transaction reads (and writes) the control plane
 after it, for its own checks (`commit.py`).
@@ -29,7 +29,7 @@ from offset_assets.control_plane.leases import RunLeases
 from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
-from offset_assets.engine.index_request import IndexRequest, RunSnapshot, snapshot_commit_ts
+from offset_assets.engine.changed_keys import IndexRequest, RunSnapshot, snapshot_commit_ts
 from offset_assets.engine.pending import index_request
 from offset_assets.engine.transformation import ChangeDetection, Transformation
 

@@ -13,7 +13,7 @@ those the schema declares nullable. A column declared not nullable refuses NULL 
 write (`writes.py`), so `=` finds exactly what `<=>` would, in the plan it always had.
 
 A reference's join value is not a key: its joins keep SQL's `=`, so a NULL there joins
-nothing, as in SQL (`engine/candidates.py`, `engine/loading.py`).
+nothing, as in SQL (`engine/changed_keys/candidates.py`, `engine/loading.py`).
 """
 
 from __future__ import annotations

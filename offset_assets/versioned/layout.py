@@ -42,6 +42,10 @@ SYSTEM_COLUMNS = (SYS_FROM, SYS_TO, SYS_OP, UPDATE_TS)
 OP_UPSERT = 0
 OP_DELETE = 1
 
+# Versions per Parquet file written by one write into a delta (more files only for very
+# large writes).
+ROWS_PER_FILE = 1_000_000
+
 
 def table_root(warehouse: str, table_name: str) -> str:
     return f"{warehouse.rstrip('/')}/{table_name}"

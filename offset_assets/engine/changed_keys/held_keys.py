@@ -1,12 +1,12 @@
-"""The keys of one run, split into batches: which keys a run processes (`select_keys`:
-the changed index of a full run, or a changelist's given keys) and how they are held.
+"""The keys of one run, split into batches: how they are held (which keys a run
+processes, the changed index of a full run or a changelist's given keys: `selection.py`).
 
 The changed index is usually small (the changes since the offsets), so it is collected
 once and held by the driver: batches, batch sizes, per-batch oldest change and the
 inputs that marked each key are then plain Python, and every later read pushes the
 batch's keys down without another Spark job to collect them. An index larger than
 `driver_limit` keys (a first run, a reprocess) stays distributed: batches are numbered
-from a range-partitioned sort (`changed_index.in_batch_order`) and read back by
+from a range-partitioned sort (`index.in_batch_order`) and read back by
 semi-joins, shuffled ones (`DistributedKeys.shuffled`) unless the batch size bounds a
 batch within the limit, so that no JVM holds the key set.
 
@@ -25,26 +25,20 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ByteType, DataType, IntegerType, LongType, ShortType, StringType
 
-from offset_assets.control_plane.delta_catalog.records import DeltaInfo
-from offset_assets.engine.candidates import INPUT_COL, TS_COL
-from offset_assets.engine.changed_index import (
+from offset_assets.engine.changed_keys.candidates import INPUT_COL, TS_COL
+from offset_assets.engine.changed_keys.index import (
     BATCH_COL,
     FIRST_TS_COL,
     PART_COL,
     batch_column,
     batch_sizes,
-    compute_changed_index,
     in_batch_order,
 )
-from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues
-from offset_assets.engine.state import RunState
-from offset_assets.engine.transformation import Transformation
 from offset_assets.local_frames import collect_instants, timestamp_columns
 from offset_assets.spark import is_connect_session
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.key_joins import join_on_keys
-from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_DRIVER_LIMIT = 100_000
 # Key column types whose values an Arrow collect returns as a Row collect does (str, int).
@@ -270,89 +264,3 @@ def distributed_from_rows(columns: Sequence[str], rows: DataFrame, batch_size: i
         for row in per_batch:
             min_ts.setdefault(row[BATCH_COL], {})[row[INPUT_COL]] = row["min_ts"]
     return DistributedKeys(tuple(columns), frame, cached, sizes, min_ts, shuffled)
-
-
-@dataclass
-class SelectedKeys:
-    """The keys a run processes, and the deltas whose versions loading may reuse: per
-    primary input, the deltas the changed index read when the keys are held by the driver
-    and offsets are in use (`loading.InputLoader`); none otherwise."""
-
-    keys: LocalKeys | DistributedKeys
-    deltas_read: Mapping[str, Sequence[DeltaInfo]] = field(default_factory=dict)
-
-
-def select_keys(t: Transformation, meta: VersionedTable, state: RunState, explicit: KeysLike | None,
-                pushdown_limit: int, limit: int) -> SelectedKeys:
-    """The keys of a run: `explicit` ones (a changelist), else the changed index of `state`,
-    collected when within `limit` rows, else kept distributed."""
-    columns = list(t.transform_keys)
-    if explicit is not None:
-        return SelectedKeys(explicit_keys(t, explicit, limit))
-    key_types = {c: meta.schema[c].dataType for c in columns}
-    request = state.request
-    by_input = state.by_input
-    deltas_read = by_input if request.use_offsets else {}
-    index = compute_changed_index(t, meta, request, pushdown_limit, by_input, broadcast_limit=limit)
-    if index is None:
-        return SelectedKeys(local_from_keys(columns, [], t.batch_size), deltas_read)
-    if index.most_rows is not None and index.most_rows <= limit:
-        # The catalog bounds the index within the limit: collect it, one job.
-        collected = collect_index(index.rows, columns, key_types)
-        return SelectedKeys(local_from_rows(columns, collected, t.batch_size), deltas_read)
-    # Bounded above the limit: the index may not fit in memory, so it is cached on disk.
-    rows = index.rows.persist(storage_level(index.most_rows is not None))
-    try:
-        # Not bounded by the catalog (v1, a reference input's changes): count, then
-        # collect from the cache, two jobs. (A `limit().collect()` is a `take`, which
-        # scans partitions in growing rounds: one job per round.) Bounded above the
-        # limit (a first run, a reprocess of a large table): no count, the keys stay
-        # distributed and the run streams through their batches.
-        if index.most_rows is None and rows.count() <= limit:
-            collected = collect_index(rows, columns, key_types)
-            return SelectedKeys(local_from_rows(columns, collected, t.batch_size), deltas_read)
-        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size, with_min_ts=t.commit_mode == "batch",
-                                                  broadcast_limit=limit, nullable=t.nullable_keys))
-    finally:
-        rows.unpersist()
-
-
-def explicit_keys(t: Transformation, keys: KeysLike, limit: int) -> LocalKeys | DistributedKeys:
-    """The keys a changelist run is given, checked for the transform-key columns. A None
-    is the NULL key where an input declares the column nullable; in a column every input
-    declares not nullable it names no row: a frame's such rows are left out (as they
-    always were), a mapping holding one is refused."""
-    columns = list(t.transform_keys)
-    never_null = [c for c in columns if c not in t.nullable_keys]
-    if isinstance(keys, DataFrame):
-        missing = [k for k in columns if k not in keys.columns]
-        if missing:
-            raise TransformationOutputError(
-                f"run_changelist of {t.transformation_id!r}: keys lack column(s) {missing}"
-            )
-        frame = keys.select(*columns)
-        if never_null:
-            frame = frame.where(" AND ".join(f"`{c}` IS NOT NULL" for c in never_null))
-        frame = frame.distinct()
-        types = {c: t.inputs_with_column(c)[0].table.schema[c].dataType for c in columns}
-        collected = collect_instants(frame.limit(limit + 1), columns, timestamp_columns(types))
-        if len(collected) > limit:
-            rows = frame.select(*columns, F.lit(None).cast("double").alias("update_ts"),
-                                F.lit(None).cast("string").alias("_input_name"))
-            return distributed_from_rows(columns, rows, t.batch_size, with_min_ts=False, broadcast_limit=limit)
-        return local_from_keys(columns, collected, t.batch_size, typed=True)
-    values = []
-    for row in keys:
-        missing = [k for k in columns if k not in row]
-        if missing:
-            raise TransformationOutputError(
-                f"run_changelist of {t.transformation_id!r}: key {dict(row)!r} lacks column(s) {missing}"
-            )
-        nulls = [k for k in never_null if row[k] is None]
-        if nulls:
-            raise TransformationOutputError(
-                f"run_changelist of {t.transformation_id!r}: key {dict(row)!r} holds None in {nulls}, which every "
-                "input declares not nullable: no row has that key"
-            )
-        values.append(tuple(row[k] for k in columns))
-    return local_from_keys(columns, values, t.batch_size)

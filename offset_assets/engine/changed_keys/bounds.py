@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
-from offset_assets.engine.index_request import IndexRequest
+from offset_assets.engine.changed_keys.request import IndexRequest
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.reads import versions_bound
 from offset_assets.versioned.table import VersionedTable

@@ -24,8 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
-from offset_assets.engine.index_bounds import actual_bound
-from offset_assets.engine.index_request import RunSnapshot
+from offset_assets.engine.changed_keys.bounds import actual_bound
+from offset_assets.engine.changed_keys.request import RunSnapshot
 from offset_assets.engine.loading import build_side, is_bounded, one_partition, read_actual_matching
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.key_joins import join_on_keys, nullable_columns

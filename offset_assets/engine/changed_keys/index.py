@@ -24,9 +24,9 @@ meta deltas are bounded within the limit, both sides are one partition
 (`loading.one_partition`) and are joined in place; when no meta delta was committed
 since the offsets, there is nothing to check against and no join.
 
-The parts, one module each: `index_request.py` (what the control plane says, which
+The parts, one module each: `request.py` (what the control plane says, which
 deltas each input contributes), `candidates.py` (the keys versions mark, failed keys,
-reprocess keys), `index_bounds.py` (bounds from the catalog alone); the meta check and
+reprocess keys), `bounds.py` (bounds from the catalog alone); the meta check and
 the index itself are here.
 """
 
@@ -40,7 +40,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
-from offset_assets.engine.candidates import (
+from offset_assets.engine.changed_keys.bounds import actual_bound, most_index_rows
+from offset_assets.engine.changed_keys.candidates import (
     INPUT_COL,
     TS_COL,
     Candidates,
@@ -48,8 +49,7 @@ from offset_assets.engine.candidates import (
     input_candidates,
     reprocess_keys,
 )
-from offset_assets.engine.index_bounds import actual_bound, most_index_rows
-from offset_assets.engine.index_request import IndexRequest, listed_failure_deltas
+from offset_assets.engine.changed_keys.request import IndexRequest, listed_failure_deltas
 from offset_assets.engine.loading import build_side, is_bounded, one_partition
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.key_joins import join_on_keys
