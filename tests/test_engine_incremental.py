@@ -265,7 +265,7 @@ def test_reprocess_all_recomputes_every_key_and_drops_outputs_of_vanished_keys(w
     result = engine.run_full(t, reprocess_all=True)
     assert result.offsets_reset == first_offsets
     assert result.processed_keys == 5  # 4 posts + key 99 from meta
-    assert result.change_detection == "reprocess_all"
+    assert result.key_source == "reprocess_all"
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched() | {(98, 1, "y", "ann")}
 
 

@@ -29,6 +29,7 @@ from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_i
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.run_report import iso_utc
 from offset_assets.engine.pending import idle_result
+from offset_assets.engine.vocabulary import ChangeDetection
 
 
 def downstream_work(context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
@@ -67,7 +68,7 @@ def own_work(context: dg.AssetExecutionContext, resource: IncrementalEngineResou
     changelist = op_config.get("changelist")
     if changelist is not None:
         return f"a changelist of {len(changelist)} key(s)"
-    if (op_config.get("change_detection") or asset.spec.change_detection) == "v1":
+    if (op_config.get("change_detection") or asset.spec.change_detection) == ChangeDetection.v1:
         return "v1 change detection (compares every row)"
     plane = resource.control_plane()
     tid = asset.transformation_id

@@ -7,13 +7,14 @@ read to the events, driven by the asset body.
                                                  config.changelist, config.change_detection)
         yield from invocation.stream()
 
-`start` reads what the Dagster run asks (its tags, its run config) and decides the mode
-once: a `reset` (a backfill or the reset tag: every key again), a `changelist` (given
-keys), or a regular run, which first asks the control plane whether there is anything to
-do (`idle`: no Spark session started) and otherwise is a `run`. An idle invocation also
+`start` reads what the Dagster run asks (its tags, its run config) and decides the
+engine's `RunRequest` once: a `reprocess` (a backfill or the reset tag: every key
+again), a `changelist` (given keys), or an `incremental` run, which first asks the
+control plane whether there is anything to do (when not: its `idle` result, and no
+Spark session started). An idle invocation also
 asks whether an incremental asset downstream of it in the same run has work of its own
 (`downstream_work.py`): then it materializes, so Dagster does not skip that asset. `stream` runs the engine
-in that mode (it reads the transformation's state once, at the start of its run) and
+on that request (it reads the transformation's state once, at the start of its run) and
 turns the engine's result into events through the one event iterator of
 `run_report.py`. What is reported comes from the result; the only thing read again is
 `dagster/row_count` of the materialized outputs, from the delta catalog
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 import dagster as dg
@@ -38,41 +38,31 @@ from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResou
 from offset_assets.dagster_adapter.run_report import RunReport, run_events
 from offset_assets.engine.pending import idle_result
 from offset_assets.engine.result import RunResult
-from offset_assets.engine.transformation import ChangeDetection, TransformFunction
-
-
-class InvocationMode(StrEnum):
-    """How an invocation runs the engine: `reset` (offsets reset, every key again),
-    `changelist` (given keys, offsets untouched), `idle` (the control plane showed
-    nothing to do: no engine run) or `run` (the changes since the offsets)."""
-
-    reset = "reset"
-    changelist = "changelist"
-    idle = "idle"
-    run = "run"
+from offset_assets.engine.transformation import TransformFunction
+from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, RunRequest
 
 
 @dataclass
 class IncrementalInvocation:
-    """One materialization of `asset`: its mode, decided at `start`, and `stream`, which
-    runs the engine and yields the asset's events."""
+    """One materialization of `asset`: the run it asks for (`request`, decided at
+    `start`; `reason`: why a reprocess, named by the run's tags), or the result of the
+    run it needs not start (`idle`), and `stream`, which runs the engine and yields the
+    asset's events."""
 
     context: dg.AssetExecutionContext
     resource: IncrementalEngineResource
     asset: IncrementalAsset
     func: TransformFunction
-    mode: InvocationMode
-    change_detection: ChangeDetection
-    reset_reason: str | None = None
-    keys: Sequence[dict[str, Any]] | None = None
+    request: RunRequest
+    reason: str | None = None
     idle: RunResult | None = None
     waiting: Mapping[dg.AssetKey, Sequence[str]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
               asset: IncrementalAsset, func: TransformFunction, changelist: Sequence[dict[str, Any]] | None,
-              change_detection: ChangeDetection | str | None) -> IncrementalInvocation:
-        """Decide the mode from the run's tags and config. Mistakes in what the asset
+              change_detection: ChangeDetectionLike | None) -> IncrementalInvocation:
+        """Decide the request from the run's tags and config. Mistakes in what the asset
         says of its inputs fail the step first (`definition_checks.run_start_problems`).
         A regular v2 run asks the control plane first: with nothing to do it starts no
         Spark session (v1 compares the data itself and always runs)."""
@@ -86,17 +76,16 @@ class IncrementalInvocation:
                 f"({reason}) and process an explicit key list"
             )
         detection = ChangeDetection(change_detection or asset.spec.change_detection)
-        invocation = cls(context, resource, asset, func, InvocationMode.run, detection, reason, changelist)
         if reason is not None:
-            return replace(invocation, mode=InvocationMode.reset)
+            return cls(context, resource, asset, func, RunRequest.reprocess(detection), reason)
         if changelist is not None:
-            return replace(invocation, mode=InvocationMode.changelist)
+            return cls(context, resource, asset, func, RunRequest.changelist(changelist))
+        invocation = cls(context, resource, asset, func, RunRequest.incremental(detection))
         if detection == ChangeDetection.v2:
             idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
                                asset.output_tables, context.run.run_id, asset.spec.commit_mode)
             if idle is not None:
-                return replace(invocation, mode=InvocationMode.idle, idle=idle,
-                               waiting=downstream_work(context, resource, asset))
+                return replace(invocation, idle=idle, waiting=downstream_work(context, resource, asset))
         return invocation
 
     def stream(self) -> Iterator[dg.MaterializeResult]:
@@ -106,8 +95,8 @@ class IncrementalInvocation:
         an idle output whose downstream assets in the run have work), an observation for
         every other output."""
         result = self._run()
-        report = RunReport.of(self.asset, result, self.reset_reason, self.waiting)
-        if self.mode != InvocationMode.idle:
+        report = RunReport.of(self.asset, result, self.reason, self.waiting)
+        if self.idle is None:
             report = replace(report, row_counts=output_row_counts(self.resource, self.asset, report.materialized))
         elif report.materialized:
             report = replace(report, row_counts=catalog_row_counts(self.resource, report.materialized))
@@ -115,19 +104,15 @@ class IncrementalInvocation:
 
     def _run(self) -> RunResult:
         tid, run_id = self.asset.transformation_id, self.context.run.run_id
-        if self.mode == InvocationMode.idle:
+        if self.idle is not None:
             self.context.log.info(f"{tid}: nothing to do (no input commit beyond the offsets); "
                                   "no Spark session started")
             for key, waiting in self.waiting.items():
                 self.context.log.info(f"{key.to_user_string()} is materialized all the same, so that "
                                       f"Dagster runs what waits downstream in this run: {'; '.join(waiting)}")
             return self.idle
-        engine = self.resource.engine()
         transformation = self.resource.transformation(self.asset, self.func)
-        if self.mode == InvocationMode.changelist:
-            return engine.run_changelist(transformation, self.keys, run_id=run_id)
-        return engine.run_full(transformation, run_id=run_id, change_detection=self.change_detection,
-                               reprocess_all=self.mode == InvocationMode.reset)
+        return self.resource.engine().run(transformation, self.request, run_id=run_id)
 
 
 def output_row_counts(resource: IncrementalEngineResource, asset: IncrementalAsset,

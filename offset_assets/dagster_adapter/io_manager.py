@@ -53,6 +53,7 @@ from offset_assets.dagster_adapter.invocation import output_row_counts
 from offset_assets.dagster_adapter.run_report import RunReport, report_output
 from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import TransformFunction
+from offset_assets.engine.vocabulary import CommitMode, RunRequest
 
 
 @dataclass
@@ -113,7 +114,7 @@ class OffsetIOManager(dg.ConfigurableIOManager):
         key = (context.step_context.run_id, asset.asset_key)
         if key in self._open_runs:
             return self._open_runs[key]
-        if asset.spec.batch_size is not None or asset.spec.commit_mode != "end":
+        if asset.spec.batch_size is not None or asset.spec.commit_mode != CommitMode.end:
             raise dg.DagsterInvalidDefinitionError(
                 f"asset {asset.asset_key.to_user_string()}: batch_size / commit_mode='batch' "
                 "need the engine to call the function per batch: declare it with "
@@ -121,8 +122,8 @@ class OffsetIOManager(dg.ConfigurableIOManager):
             )
         reset = tag_reset_reason(context.step_context.run_tags)
         transformation = self.engine.transformation(asset, _body_is_the_function(asset))
-        run = self.engine.engine().open_run(transformation, run_id=context.step_context.run_id,
-                                     reprocess_all=reset is not None)
+        request = RunRequest.reprocess() if reset is not None else RunRequest.incremental()
+        run = self.engine.engine().open_run(transformation, request, run_id=context.step_context.run_id)
         run.__enter__()
         try:
             frames = run.input_frames(0) if run.batches else {

@@ -28,7 +28,8 @@ import dagster as dg
 
 from offset_assets.dagster_adapter.asset_spec import FailedKeysPolicy, IncrementalAsset, IncrementalOutput
 from offset_assets.dagster_adapter.backfill import OFFSETS_RESET_TAG_PREFIX
-from offset_assets.engine.result import RunMode, RunResult
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.vocabulary import RunMode
 
 
 @dataclass(frozen=True)
@@ -166,8 +167,8 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
     jobs (left out over Spark Connect, where they are not counted)."""
     metadata: dict[str, dg.MetadataValue] = {
         "mode": dg.MetadataValue.text(str(result.mode)),
-        "change_detection": dg.MetadataValue.text(str(result.change_detection)),
-        "commit_mode": dg.MetadataValue.text(result.commit_mode),
+        "change_detection": dg.MetadataValue.text(result.key_source),
+        "commit_mode": dg.MetadataValue.text(str(result.commit_mode)),
         "changed_keys": dg.MetadataValue.int(result.changed_keys),
         "processed_keys": dg.MetadataValue.int(result.processed_keys),
         "failed_keys": dg.MetadataValue.int(result.failed_keys),
@@ -242,7 +243,7 @@ def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
     input commits it read, and how each input's offset moved (as UTC dates)."""
     label = result.mode
     lines = [
-        f"**{label}** run of `{result.transformation_id}` ({result.change_detection}, "
+        f"**{label}** run of `{result.transformation_id}` ({result.key_source}, "
         f"commit {result.commit_mode}): processed {result.processed_keys} of "
         f"{result.changed_keys} changed key(s) in {result.batches} batch(es), "
         f"{result.failed_keys} failed{_waiting_text(result)}, in {result.duration_s:.1f} s{_jobs_text(result)}.",

@@ -34,6 +34,7 @@ from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
 from offset_assets.engine.meta import MetaPending, meta_frame, meta_frame_typed
 from offset_assets.engine.state import RunState
+from offset_assets.engine.vocabulary import CommitMode
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
@@ -77,15 +78,15 @@ class CommitPlan:
         return bool(self.offsets or self.reset_offsets or self.reprocess_request_ts is not None or self.final)
 
 
-def plan_commit(state: RunState, lease_holder: str, commit_mode: str,
+def plan_commit(state: RunState, lease_holder: str, commit_mode: CommitMode,
                 batch_min_ts: Mapping[int, Mapping[str, float]], batch: int | None,
                 first: bool, final: bool) -> CommitPlan:
     """The plan of one commit of a run: of `batch` (batch mode), or of the run's end
     (`batch` None; `final`: the run is complete); `first`: nothing committed before."""
     plan = CommitPlan(state.transformation_id, lease_holder, offsets=run_offsets(state, batch_min_ts, batch))
-    if state.reprocess_all and first:
+    if state.reprocesses and first:
         plan.reset_offsets = True
-        if commit_mode == "batch":
+        if commit_mode == CommitMode.batch:
             plan.reprocess_request_ts = state.request_ts
     if final and state.full:
         plan.final = True
