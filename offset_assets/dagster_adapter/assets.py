@@ -14,7 +14,7 @@ its own asset and table.
 
 Design: the generated asset runs the engine in its body. The upstream assets are
 `deps` (ordering and lineage only, nothing loaded by an IO manager) and the body starts
-one `IncrementalInvocation` (`invocation.py`) on its typed resource
+one `IncrementalInvocation` (`invocation.py`) made by its typed resource
 `incremental_engine: IncrementalEngineResource` and streams its events; the engine
 calls the user's function once per batch. Why not the IO manager's load_input/handle_output here: Dagster calls an
 asset body exactly once, so per-batch commit, batch sizes, failed-batch recording and
@@ -58,7 +58,6 @@ from offset_assets.dagster_adapter.asset_spec import (
     spec_metadata,
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.invocation import IncrementalInvocation
 from offset_assets.engine.transformation import TransformFunction
 from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, CommitModeLike
 
@@ -269,8 +268,8 @@ def _engine_body(fn: Callable[..., Any]) -> Callable[..., Iterator[dg.Materializ
     def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
                      incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
         asset = resolve_incremental(context.assets_def)
-        invocation = IncrementalInvocation.start(context, incremental_engine, asset, _by_parameter(asset, fn),
-                                                 config.changelist, config.change_detection)
+        invocation = incremental_engine.incremental_invocation(context, asset, _by_parameter(asset, fn),
+                                                               config.changelist, config.change_detection)
         yield from invocation.stream()
 
     return _incremental

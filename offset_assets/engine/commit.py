@@ -8,7 +8,8 @@ The deltas' commit transaction (`commit_transaction`) is opened here and the pla
 rows are written into it by this module itself, so nothing calls back into the engine.
 What goes into the transaction besides the deltas:
 - the lease check (a run whose lease was taken over commits nothing);
-- a backfill's offset reset and, in batch mode, its reprocess request, in its first commit;
+- a backfill's (or a rescan's) offset reset and, in batch mode, a backfill's reprocess
+  request, in its first commit;
 - offsets: per input the last delta the run read, in batch mode never past the oldest
   change still waiting in a later batch (inclusive boundary, so that change is read again);
 - the meta delta that recorded failed keys, listed so that later runs find them cheaply;
@@ -84,9 +85,9 @@ def plan_commit(state: RunState, lease_holder: str, commit_mode: CommitMode,
     """The plan of one commit of a run: of `batch` (batch mode), or of the run's end
     (`batch` None; `final`: the run is complete); `first`: nothing committed before."""
     plan = CommitPlan(state.transformation_id, lease_holder, offsets=run_offsets(state, batch_min_ts, batch))
-    if state.reprocesses and first:
+    if state.resets_offsets and first:
         plan.reset_offsets = True
-        if commit_mode == CommitMode.batch:
+        if state.reprocesses and commit_mode == CommitMode.batch:
             plan.reprocess_request_ts = state.request_ts
     if final and state.full:
         plan.final = True

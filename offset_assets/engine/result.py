@@ -58,6 +58,9 @@ class RunResult:
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_written: dict[str, int] = field(default_factory=dict)
     rows_deleted: dict[str, int] = field(default_factory=dict)
+    # Per output, its actual rows once the run ended: as of the output's last commit, the
+    # run's own included (from the delta catalog's counts; an unknown count left out).
+    output_rows: dict[str, int] = field(default_factory=dict)
     deltas: dict[str, list[int]] = field(default_factory=dict)
     batches: int = 0
     batches_failed: int = 0

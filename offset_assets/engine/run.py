@@ -164,14 +164,25 @@ class TransformationRun:
         self.result.input_commit_ts = dict(state.snapshot_commit_ts)
         self.result.reprocess_requested_at = state.requested_at
         self.result.requested = self.request.mode
+        for name, rows in state.output_rows.items():
+            self._count_rows(name, rows)
         self._writer = OutputWriter(t, self.holder, self.run_id, self._reads, self.meta, self.result)
 
     def _mode(self, state: RunState) -> RunMode:
         """A full run fulfilling a reprocess (a backfill's, or a pending request it works
-        on) reprocesses; any other full run is incremental."""
+        on) reprocesses; a rescan asked rescans; any other full run is incremental."""
         if not state.full:
             return RunMode.changelist
-        return RunMode.reprocess if state.request_ts is not None else RunMode.incremental
+        if state.request_ts is not None:
+            return RunMode.reprocess
+        return RunMode.rescan if state.requested == RunMode.rescan else RunMode.incremental
+
+    def _count_rows(self, output: str, actual_rows: int | None) -> None:
+        """The output's actual rows now, as the catalog counted them at its last commit."""
+        if actual_rows is None:
+            self.result.output_rows.pop(output, None)
+        else:
+            self.result.output_rows[output] = actual_rows
 
     @property
     def spark(self) -> SparkSession:
@@ -290,6 +301,8 @@ class TransformationRun:
         self._first_commit_done = True
         for hot in committed:
             self.result.add_delta(hot.table.name, hot.delta_num)
+            if hot.table.name != self.meta.name:
+                self._count_rows(hot.table.name, hot.info.actual_rows)
         self.result.offsets_after = {**self.result.offsets_after, **plan.offsets}
 
     def finish(self) -> RunResult:

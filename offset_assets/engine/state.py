@@ -66,7 +66,8 @@ class RunState:
     full run. `snapshot_commit_ts`: the commit_ts of each input's snapshot delta, what a
     full run's offsets move to and what every run's offset lag is measured against.
     `versions_stored`: the versions each table the run reads (inputs, outputs, meta) has
-    stored, from the catalog's counts (`evaluation.py`)."""
+    stored, from the catalog's counts (`evaluation.py`); `output_rows`: each output's
+    actual rows as of its last commit (None: unknown), what the run's commits add to."""
 
     transformation_id: str
     requested: RunMode
@@ -81,10 +82,11 @@ class RunState:
     by_input: Mapping[str, list[DeltaInfo]] = field(default_factory=dict)
     snapshot_commit_ts: Mapping[str, float] = field(default_factory=dict)
     versions_stored: Mapping[str, int | None] = field(default_factory=dict)
+    output_rows: Mapping[str, int | None] = field(default_factory=dict)
 
     @property
     def full(self) -> bool:
-        """A run over the changed keys (incremental or reprocess), not a changelist."""
+        """A run over the changed keys (incremental, reprocess, rescan), not a changelist."""
         return self.requested != RunMode.changelist
 
     @property
@@ -92,27 +94,36 @@ class RunState:
         """The run was asked to reprocess every key (a backfill)."""
         return self.requested == RunMode.reprocess
 
+    @property
+    def resets_offsets(self) -> bool:
+        """The run was asked to read every input from the start: its first commit resets
+        the offsets (a reprocess, a rescan)."""
+        return self.requested in (RunMode.reprocess, RunMode.rescan)
+
     @classmethod
     def read(cls, engine: RunEngine, t: Transformation, requested: RunMode,
              change_detection: ChangeDetection) -> RunState:
         """The state of a run of `t` asked `requested`, starting now (the caller holds its lease)."""
         full, reprocess = requested != RunMode.changelist, requested == RunMode.reprocess
+        resets = requested in (RunMode.reprocess, RunMode.rescan)
         tid, catalog = t.transformation_id, engine.catalog
         input_names = [inp.name for inp in t.inputs]
         deltas, clock = catalog.snapshot_state(input_names)
         snapshot = RunSnapshot(deltas, clock)
         offsets = engine.offsets.get_offsets_for_transformation(tid)
         stored = catalog.versions_stored([*input_names, *(out.name for out in t.outputs), t.meta_table_name])
+        output_rows = catalog.actual_rows([out.name for out in t.outputs])
         offsets_reset: dict[str, float] = {}
         request_ts: float | None = None
         requested_at: float | None = None
-        if reprocess:
-            # The reset is written in the run's first commit: a backfill that fails before
-            # it leaves the offsets as they were.
+        if resets:
+            # The reset is written in the run's first commit: a backfill (or a rescan) that
+            # fails before it leaves the offsets as they were.
             offsets_reset = dict(offsets)
-            log.warning("reprocess: %s processes every key; offsets %s are reset at commit",
-                        tid, offsets_reset)
+            log.warning("%s: %s reads every input from the start; offsets %s are reset at commit",
+                        requested, tid, offsets_reset)
             offsets = {}
+        if reprocess:
             # R = this run's process_ts: every earlier process_ts is smaller, so it covers
             # whatever a pending request covers and more.
             request_ts = clock
@@ -131,7 +142,8 @@ class RunState:
         if not full:
             return cls(tid, requested, snapshot=snapshot, offsets_before=offsets,
                        offsets_reset=offsets_reset, request_ts=request_ts,
-                       snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, {}), versions_stored=stored)
+                       snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, {}), versions_stored=stored,
+                       output_rows=output_rows)
         listed = FailedDeltas(engine.plane).listed(tid)
         use_offsets = change_detection == ChangeDetection.v2
         # The meta's delta listing, when the changed index needs it (listed failures, a
@@ -139,10 +151,11 @@ class RunState:
         needs_meta_deltas = (use_offsets and bool(listed)) or request_ts is not None or not use_offsets
         meta_deltas = catalog.committed(t.meta_table_name) if needs_meta_deltas else None
         request = index_request(engine.plane, tid, snapshot, offsets, change_detection, request_ts, listed,
-                                use_settled=not reprocess, meta_deltas=meta_deltas)
+                                use_settled=not resets, meta_deltas=meta_deltas)
         by_input = request.deltas_by_name(catalog, input_names)
         return cls(tid, requested, snapshot=snapshot, offsets_before=offsets,
                    offsets_reset=offsets_reset, offsets_reset_at=offsets_reset_at, request_ts=request_ts,
                    requested_at=requested_at,
                    listed_failures=listed, request=request, by_input=by_input,
-                   snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input), versions_stored=stored)
+                   snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input), versions_stored=stored,
+                   output_rows=output_rows)

@@ -67,11 +67,15 @@ def _member(enum: type[StrEnum], value: object, option: str, transformation_id: 
 class RunMode(StrEnum):
     """What a run is asked to do, and what it did: `incremental` (what changed since the
     offsets), `reprocess` (every key: a backfill asks it; a full run working on a pending
-    reprocess request reports it) or `changelist` (given keys; offsets untouched). A run
-    with nothing to do is not a mode: it is an incremental run's result with no key."""
+    reprocess request reports it), `rescan` (every input's whole history read again,
+    offsets reset at its first commit: what the offsets may have skipped; keys whose meta
+    is newer than their versions stay as they are) or `changelist` (given keys; offsets
+    untouched). A run with nothing to do is not a mode: it is an incremental run's
+    result with no key."""
 
     incremental = "incremental"
     reprocess = "reprocess"
+    rescan = "rescan"
     changelist = "changelist"
 
 
@@ -80,7 +84,8 @@ class RunRequest:
     """What one run of a transformation is asked to do: its `mode`; for a full run, the
     `change_detection` (None: the transformation's own); for a changelist, its
     `keys` (transform-key values, rows or a DataFrame). A reprocess resets the offsets
-    in its first commit and supersedes the meta: every key is processed again."""
+    in its first commit and supersedes the meta: every key is processed again; a rescan
+    resets the offsets the same way and keeps the meta."""
 
     mode: RunMode = RunMode.incremental
     change_detection: ChangeDetection | None = None
@@ -90,8 +95,10 @@ class RunRequest:
         object.__setattr__(self, "mode", RunMode(self.mode))
         if self.change_detection is not None:
             object.__setattr__(self, "change_detection", ChangeDetection(self.change_detection))
-        if (self.keys is not None) != (self.mode == RunMode.changelist):
-            raise ValueError(f"a {self.mode} run request takes keys only for a changelist: {self!r}")
+        if self.mode == RunMode.changelist and self.keys is None:
+            raise ValueError("a changelist run request needs its keys")
+        if self.mode != RunMode.changelist and self.keys is not None:
+            raise ValueError(f"a {self.mode} run request takes no keys: only a changelist does")
 
     @classmethod
     def incremental(cls, change_detection: ChangeDetectionLike | None = None) -> RunRequest:
@@ -102,10 +109,9 @@ class RunRequest:
         return cls(RunMode.reprocess, change_detection=change_detection)
 
     @classmethod
+    def rescan(cls, change_detection: ChangeDetectionLike | None = None) -> RunRequest:
+        return cls(RunMode.rescan, change_detection=change_detection)
+
+    @classmethod
     def changelist(cls, keys: DataFrame | Sequence[Mapping[str, Any]]) -> RunRequest:
         return cls(RunMode.changelist, keys=keys)
-
-    @property
-    def is_full(self) -> bool:
-        """A run over the changed keys (incremental or reprocess), not a given key list."""
-        return self.mode != RunMode.changelist
