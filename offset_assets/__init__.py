@@ -31,9 +31,11 @@ _EXPORTS = {
     "TransformInput": "offset_assets.engine.transformation",
     "IncrementalEngine": "offset_assets.engine.incremental_engine",
     "RunResult": "offset_assets.engine.result",
-    "RunMode": "offset_assets.engine.result",
+    "RunMode": "offset_assets.engine.vocabulary",
+    "RunRequest": "offset_assets.engine.vocabulary",
+    "CommitMode": "offset_assets.engine.vocabulary",
     "RunProfile": "offset_assets.engine.profile",
-    "ChangeDetection": "offset_assets.engine.transformation",
+    "ChangeDetection": "offset_assets.engine.vocabulary",
     # layer 4
     **JOB_EXPORTS,
     "RangeIngestion": "offset_assets.ranges.ingestion",

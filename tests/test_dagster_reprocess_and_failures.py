@@ -24,7 +24,7 @@ from offset_assets.dagster_adapter import OffsetStore, incremental_asset, increm
 from offset_assets.dagster_adapter.run_report import iso_utc
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.meta import meta_table
-from offset_assets.engine.result import RunMode
+from offset_assets.engine.vocabulary import RunMode
 from tests.dagster_resources import engine_resources
 
 

@@ -8,6 +8,7 @@ from bench.posts_world import enrich, make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.vocabulary import RunMode, RunRequest
 from offset_assets.errors import LeaseHeldError
 
 
@@ -265,7 +266,7 @@ def test_reprocess_all_recomputes_every_key_and_drops_outputs_of_vanished_keys(w
     result = engine.run_full(t, reprocess_all=True)
     assert result.offsets_reset == first_offsets
     assert result.processed_keys == 5  # 4 posts + key 99 from meta
-    assert result.change_detection == "reprocess_all"
+    assert result.key_source == "reprocess_all"
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched() | {(98, 1, "y", "ann")}
 
 
@@ -293,3 +294,33 @@ def test_a_failed_reprocess_all_leaves_offsets_untouched(world, engine):
     with pytest.raises(Crash):
         engine.run_full(world.enriched_transformation(func=crash), reprocess_all=True)
     assert engine.offsets.get_offsets_for_transformation("enrich_posts") == before
+
+
+def test_the_result_carries_each_outputs_row_count_as_its_last_commit_left_it(world, engine):
+    seed(world)
+    t = world.enriched_transformation()
+    assert engine.run_full(t).output_rows == {"enriched_posts": 4}
+    world.write_posts([(14, 2, "e")], deletes=[10])
+    after_changes = engine.run_full(t)
+    assert after_changes.output_rows == {"enriched_posts": 4} == {
+        "enriched_posts": world.enriched.read_actual().count()}
+    # A run that commits nothing still says how many rows its outputs hold.
+    assert engine.run_full(t).output_rows == {"enriched_posts": 4}
+    assert engine.run_changelist(t, [{"post_id": 11}]).output_rows == {"enriched_posts": 4}
+
+
+def test_a_rescan_request_rereads_every_input_and_processes_only_what_the_offsets_skipped(world, engine):
+    seed(world)
+    t = world.enriched_transformation()
+    engine.run_full(t)
+    world.write_posts([(14, 2, "e")])
+    skipping = world.posts.last_committed().commit_ts + 1.0
+    engine.offsets.update_offsets_bulk({("enrich_posts", "posts"): skipping})
+    assert engine.run_full(t).processed_keys == 0  # the offset is past post 14
+    rescan = engine.run(t, RunRequest.rescan())
+    # Every input read from the start; meta keeps the processed keys as they are.
+    assert (rescan.mode, rescan.changed_keys, rescan.processed_keys) == (RunMode.rescan, 1, 1)
+    assert rescan.offsets_reset["posts"] == skipping
+    assert rescan.offsets_after["posts"] == world.posts.last_committed().commit_ts
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
+    assert engine.run_full(t).processed_keys == 0

@@ -20,7 +20,8 @@ _EXPORTS = {
     "incremental_multi_asset": "offset_assets.dagster_adapter.assets",
     "IncrementalOut": "offset_assets.dagster_adapter.assets",
     "IncrementalRunConfig": "offset_assets.dagster_adapter.assets",
-    "ChangeDetection": "offset_assets.dagster_adapter.assets",
+    "ChangeDetection": "offset_assets.engine.vocabulary",
+    "CommitMode": "offset_assets.engine.vocabulary",
     "incremental_metadata": "offset_assets.dagster_adapter.asset_spec",
     "table_metadata": "offset_assets.dagster_adapter.asset_spec",
     "resolve_incremental": "offset_assets.dagster_adapter.asset_spec",
@@ -48,7 +49,7 @@ _EXPORTS = {
     "build_ingestion_schedule": "offset_assets.dagster_adapter.ingestion_schedule",
     "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
     "ingest_due_ranges": "offset_assets.dagster_adapter.ingestion_sensor",
-    "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_assets",
+    "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_invocation",
     # what an ingestion asset is built from (layer 4, re-exported: a project imports one package)
     **JOB_EXPORTS,
 }

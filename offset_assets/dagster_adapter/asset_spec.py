@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, CommitModeLike
 from offset_assets.versioned.table_schema import column_name_problems
 
 SPEC_KEY = "offset_assets/incremental"
@@ -64,8 +65,8 @@ class IncrementalSpec:
     join_keys: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     inputs: Mapping[str, dg.AssetKey] = field(default_factory=dict)
     batch_size: int | None = None
-    commit_mode: Literal["end", "batch"] = "end"
-    change_detection: Literal["v2", "v1"] = "v2"
+    commit_mode: CommitModeLike = CommitMode.end
+    change_detection: ChangeDetectionLike = ChangeDetection.v2
     on_failed_keys: FailedKeysPolicy = "raise"
     transformation_id: str | None = None
     asset: str | None = field(default=None, compare=False)
@@ -76,6 +77,9 @@ class IncrementalSpec:
             where = self.asset or self.transformation_id
             named = f"incremental asset {where!r}" if where else "incremental asset"
             raise dg.DagsterInvalidDefinitionError(f"{named}: {'; '.join(problems)}")
+        # Frozen: the strings a caller gave become the enums once, here.
+        object.__setattr__(self, "commit_mode", CommitMode(self.commit_mode))
+        object.__setattr__(self, "change_detection", ChangeDetection(self.change_detection))
 
     def definition_problems(self) -> list[str]:
         """What is wrong with this definition, each naming the key and the schema's
@@ -86,8 +90,8 @@ class IncrementalSpec:
         it: NULL is a key there, like any other value."""
         problems = [f"{option} must be one of {allowed}, got {value!r}" for option, value, allowed in (
             ("on_failed_keys", self.on_failed_keys, ("raise", "warn")),
-            ("commit_mode", self.commit_mode, ("end", "batch")),
-            ("change_detection", self.change_detection, ("v2", "v1")),
+            ("commit_mode", self.commit_mode, tuple(m.value for m in CommitMode)),
+            ("change_detection", self.change_detection, tuple(m.value for m in ChangeDetection)),
         ) if value not in allowed]
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             problems.append(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
@@ -117,8 +121,8 @@ class IncrementalSpec:
                 "join_keys": {name: dict(keys) for name, keys in self.join_keys.items()},
                 "inputs": {name: key.path for name, key in self.inputs.items()},
                 "batch_size": self.batch_size,
-                "commit_mode": self.commit_mode,
-                "change_detection": self.change_detection,
+                "commit_mode": str(self.commit_mode),
+                "change_detection": str(self.change_detection),
                 "on_failed_keys": self.on_failed_keys,
                 # Only on multi-asset outputs: a single asset's id is its key.
                 **({"transformation_id": self.transformation_id} if self.transformation_id else {}),
@@ -139,8 +143,8 @@ class IncrementalSpec:
             join_keys=raw.get("join_keys") or {},
             inputs={name: dg.AssetKey(path) for name, path in (raw.get("inputs") or {}).items()},
             batch_size=raw.get("batch_size"),
-            commit_mode=raw.get("commit_mode", "end"),
-            change_detection=raw.get("change_detection", "v2"),
+            commit_mode=raw.get("commit_mode", CommitMode.end),
+            change_detection=raw.get("change_detection", ChangeDetection.v2),
             on_failed_keys=raw.get("on_failed_keys", "raise"),
             transformation_id=raw.get("transformation_id"),
             asset=asset,
@@ -235,7 +239,7 @@ def incremental_metadata(
     primary_key: Sequence[str],
     schema: Any,
     join_keys: Mapping[str, Mapping[str, str]] | None = None,
-    change_detection: Literal["v2", "v1"] = "v2",
+    change_detection: ChangeDetectionLike = ChangeDetection.v2,
     on_failed_keys: FailedKeysPolicy = "raise",
 ) -> dict[str, Any]:
     """Definition metadata that makes a plain `@dg.asset` incremental through the

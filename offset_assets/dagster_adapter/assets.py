@@ -14,7 +14,7 @@ its own asset and table.
 
 Design: the generated asset runs the engine in its body. The upstream assets are
 `deps` (ordering and lineage only, nothing loaded by an IO manager) and the body starts
-one `IncrementalInvocation` (`invocation.py`) on its typed resource
+one `IncrementalInvocation` (`invocation.py`) made by its typed resource
 `incremental_engine: IncrementalEngineResource` and streams its events; the engine
 calls the user's function once per batch. Why not the IO manager's load_input/handle_output here: Dagster calls an
 asset body exactly once, so per-batch commit, batch sizes, failed-batch recording and
@@ -43,7 +43,7 @@ fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -58,8 +58,8 @@ from offset_assets.dagster_adapter.asset_spec import (
     spec_metadata,
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.invocation import IncrementalInvocation
-from offset_assets.engine.transformation import ChangeDetection, TransformFunction
+from offset_assets.engine.transformation import TransformFunction
+from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, CommitModeLike
 
 
 class IncrementalRunConfig(dg.Config):
@@ -71,8 +71,8 @@ class IncrementalRunConfig(dg.Config):
         description="Process exactly these transform-key values, e.g. [{post_id: 7}] "
         "(run_changelist); offsets are not touched.",
     )
-    # The engine's type, exported by the adapter under the same name
-    # (`offset_assets.dagster_adapter.ChangeDetection`); the launchpad offers v2 and v1.
+    # The engine's type (`engine/vocabulary.py`), re-exported by the adapter; the
+    # launchpad offers v2 and v1.
     change_detection: ChangeDetection | None = Field(
         default=None,
         description="v2 (by offsets; the asset's default) or v1 (full comparison, to verify).",
@@ -103,8 +103,8 @@ def incremental_asset(
     ins: Mapping[str, str | Sequence[str] | dg.AssetKey] | None = None,
     join_keys: Mapping[str, Mapping[str, str]] | None = None,
     batch_size: int | None = None,
-    commit_mode: Literal["end", "batch"] = "end",
-    change_detection: ChangeDetection | Literal["v2", "v1"] = ChangeDetection.v2,
+    commit_mode: CommitModeLike = CommitMode.end,
+    change_detection: ChangeDetectionLike = ChangeDetection.v2,
     on_failed_keys: FailedKeysPolicy = "raise",
     name: str | None = None,
     key_prefix: str | Sequence[str] | None = None,
@@ -167,8 +167,8 @@ def incremental_multi_asset(
     ins: Mapping[str, str | Sequence[str] | dg.AssetKey] | None = None,
     join_keys: Mapping[str, Mapping[str, str]] | None = None,
     batch_size: int | None = None,
-    commit_mode: Literal["end", "batch"] = "end",
-    change_detection: ChangeDetection | Literal["v2", "v1"] = ChangeDetection.v2,
+    commit_mode: CommitModeLike = CommitMode.end,
+    change_detection: ChangeDetectionLike = ChangeDetection.v2,
     on_failed_keys: FailedKeysPolicy = "raise",
     name: str | None = None,
     io_manager_key: str = "io_manager",
@@ -268,8 +268,8 @@ def _engine_body(fn: Callable[..., Any]) -> Callable[..., Iterator[dg.Materializ
     def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
                      incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
         asset = resolve_incremental(context.assets_def)
-        invocation = IncrementalInvocation.start(context, incremental_engine, asset, _by_parameter(asset, fn),
-                                                 config.changelist, config.change_detection)
+        invocation = incremental_engine.incremental_invocation(context, asset, _by_parameter(asset, fn),
+                                                               config.changelist, config.change_detection)
         yield from invocation.stream()
 
     return _incremental

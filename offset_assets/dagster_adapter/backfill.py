@@ -2,7 +2,7 @@
 
 An incremental asset normally processes only what changed since its offsets. A Dagster
 backfill (every run it launches carries the tag `dagster/backfill`) or a run tagged
-`offset_assets/reset` asks for the opposite: the engine runs with `reprocess_all`, which
+`offset_assets/reset` asks for the opposite: the engine runs a `RunRequest.reprocess()`, which
 resets the transformation's offsets and supersedes its meta, so every key present in
 the inputs (and every key with output, so vanished keys lose theirs) is processed again.
 The offsets that were reset, with their old values, are written to the materialization

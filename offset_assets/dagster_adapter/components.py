@@ -53,6 +53,7 @@ from offset_assets.dagster_adapter.checks import DEFAULT_ERROR_AFTER_S, DEFAULT_
 from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
 from offset_assets.dagster_adapter.ingestion_schedule import build_ingestion_schedule
 from offset_assets.dagster_adapter.ingestion_sensor import build_ingestion_sensor
+from offset_assets.engine.vocabulary import ChangeDetection, CommitMode
 from offset_assets.ranges.ingestion import IngestionJob, TargetTable
 from offset_assets.ranges.kafka import KafkaSource
 from offset_assets.ranges.planners import AutoIncrementIdPlanner, KafkaOffsetPlanner, TimeWindowPlanner, UpstreamPlanner
@@ -376,8 +377,8 @@ class IncrementalAssetComponent(dg.Component, dg.Model, dg.Resolvable):
         default=None, description="reference input parameter -> {primary_col: reference_col}")
     deps: list[str] | None = None
     batch_size: int | None = None
-    commit_mode: Literal["end", "batch"] = "end"
-    change_detection: Literal["v2", "v1"] = "v2"
+    commit_mode: CommitMode = CommitMode.end
+    change_detection: ChangeDetection = ChangeDetection.v2
     on_failed_keys: Literal["raise", "warn"] = "raise"
     on_input_commits: bool = False
     checks: Annotated[OffsetChecksModel | None, parsed(OffsetChecksModel, "checks")] = OffsetChecksModel()

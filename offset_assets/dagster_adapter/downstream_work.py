@@ -21,17 +21,18 @@ from typing import Any
 
 import dagster as dg
 
+from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_incremental
-from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.run_report import iso_utc
 from offset_assets.engine.pending import idle_result
+from offset_assets.engine.vocabulary import ChangeDetection
 
 
-def downstream_work(context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
+def downstream_work(context: dg.AssetExecutionContext, plane: ControlPlane,
                     asset: IncrementalAsset) -> dict[dg.AssetKey, list[str]]:
     """Per output of `asset`: `<downstream asset>: <its work>` for every incremental asset
     downstream of that output, selected in this run, that has work of its own (outputs
@@ -50,7 +51,7 @@ def downstream_work(context: dg.AssetExecutionContext, resource: IncrementalEngi
             tid = downstream.transformation_id
             if tid not in checked:
                 op_config = run_config_ops.get(graph.get(key).assets_def.node_def.name, {}).get("config", {})
-                checked[tid] = own_work(context, resource, downstream, op_config)
+                checked[tid] = own_work(context, plane, downstream, op_config)
             if checked[tid] is not None:
                 waiting.append(f"{key.to_user_string()}: {checked[tid]}")
         if waiting:
@@ -58,7 +59,7 @@ def downstream_work(context: dg.AssetExecutionContext, resource: IncrementalEngi
     return found
 
 
-def own_work(context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
+def own_work(context: dg.AssetExecutionContext, plane: ControlPlane,
              asset: IncrementalAsset, op_config: Mapping[str, object]) -> str | None:
     """What `asset`'s own step in this run would do, in a few words, or None when it
     would be idle: the same decision as its invocation (`IncrementalInvocation.start`),
@@ -67,9 +68,8 @@ def own_work(context: dg.AssetExecutionContext, resource: IncrementalEngineResou
     changelist = op_config.get("changelist")
     if changelist is not None:
         return f"a changelist of {len(changelist)} key(s)"
-    if (op_config.get("change_detection") or asset.spec.change_detection) == "v1":
+    if (op_config.get("change_detection") or asset.spec.change_detection) == ChangeDetection.v1:
         return "v1 change detection (compares every row)"
-    plane = resource.control_plane()
     tid = asset.transformation_id
     if idle_result(plane, tid, asset.input_tables, asset.output_tables, context.run.run_id,
                    asset.spec.commit_mode) is not None:

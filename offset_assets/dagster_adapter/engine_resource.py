@@ -3,7 +3,12 @@
 One resource holds everything an incremental or ingestion asset needs: the control
 plane (through the `OffsetStore` it nests), the Spark session (through dagster-pyspark's
 `LazyPySparkResource`, or `PySparkResource`), the warehouse root and the engine settings. Asset bodies take
-it as a parameter, the way dagster-dbt's assets take a `DbtCliResource`:
+it as a parameter, the way dagster-dbt's assets take a `DbtCliResource`, and it makes
+their invocations as `DbtCliResource.cli` makes a `DbtCliInvocation`:
+`incremental_invocation` (`invocation.py`, the body of `incremental_asset`),
+`ingestion_invocation` (`ingestion_invocation.py`, the body of `ingestion_asset`) and
+`step_invocation` (the `OffsetIOManager`'s, for a plain `@dg.asset` whose body is the
+transformation). A hand-written body may also drive the engine itself:
 
     @dg.asset
     def my_asset(incremental_engine: IncrementalEngineResource) -> None:
@@ -22,7 +27,8 @@ manager serving its table to downstream assets can never disagree on where table
 
 import datetime
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -34,11 +40,16 @@ from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.control_plane.leases import DEFAULT_TTL_S
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
+from offset_assets.dagster_adapter.ingestion_invocation import IngestionInvocation, with_dagster_claims
+from offset_assets.dagster_adapter.invocation import IncrementalInvocation, StepInvocation
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
+from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
+from offset_assets.engine.vocabulary import ChangeDetectionLike, RunRequest
+from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion
 from offset_assets.reading.tables import VersionedTables
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 from offset_assets.versioned.registered import open_registered_table
@@ -144,26 +155,65 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         left out otherwise; the count is recorded for the delta it was taken at, so the
         commits that follow know theirs again."""
         names = {key: table_name_for(key) for key in asset_keys}
+        counts = self._counted(list(names.values()))
+        return {key: counts[name] for key, name in names.items() if counts.get(name) is not None}
+
+    def _counted(self, names: list[str]) -> dict[str, int | None]:
+        """The tables' actual rows as the catalog knows them, an unknown count counted by
+        Spark and recorded (when `row_count` is on)."""
         catalog = DeltaCatalog(self.control_plane())
-        known = catalog.actual_rows(list(names.values()))
-        counts: dict[dg.AssetKey, int] = {}
-        for key, name in names.items():
-            rows = known.get(name)
+        counts = catalog.actual_rows(names)
+        for name, rows in counts.items():
             if rows is None and self.row_count:
-                rows = self._count_and_record(catalog, key, name)
-            if rows is not None:
-                counts[key] = rows
+                counts[name] = self._count_and_record(catalog, name)
         return counts
 
-    def _count_and_record(self, catalog: DeltaCatalog, key: dg.AssetKey, name: str) -> int | None:
+    def _count_and_record(self, catalog: DeltaCatalog, name: str) -> int | None:
         """The table's actual rows as of its last committed delta, counted by Spark and
         recorded in the catalog for that delta."""
         last = catalog.last_committed(name)
-        if last is None:
+        table = self.registered_table(name)
+        if last is None or table is None:
             return None
-        rows = self.table(key).read_actual(as_of_delta=last.delta_num).count()
+        rows = table.read_actual(as_of_delta=last.delta_num).count()
         catalog.record_actual_rows(name, last.delta_num, rows)
         return rows
+
+    # -- invocations -----------------------------------------------------------------------
+
+    def incremental_invocation(self, context: dg.AssetExecutionContext, asset: IncrementalAsset,
+                               func: TransformFunction, changelist: Sequence[dict[str, Any]] | None = None,
+                               change_detection: ChangeDetectionLike | None = None) -> IncrementalInvocation:
+        """One materialization of `asset` by its body (`incremental_asset`): the run its
+        Dagster run asks for, decided now; `stream()` runs it and yields its events."""
+        run_id = context.run.run_id
+        return IncrementalInvocation.start(
+            context, asset, self.control_plane(),
+            lambda request: self.engine().run(self._transformation_to_run(asset, func), request, run_id=run_id),
+            changelist, change_detection)
+
+    def step_invocation(self, step_context: dg.StepExecutionContext, asset: IncrementalAsset) -> StepInvocation:
+        """One materialization of `asset` whose body is the transformation, for the
+        `OffsetIOManager`: its engine run opened now (lease, snapshot, changed index)."""
+        def open_run(request: RunRequest, func: TransformFunction) -> TransformationRun:
+            return self.engine().open_run(self._transformation_to_run(asset, func), request,
+                                          run_id=step_context.run_id)
+
+        return StepInvocation(asset, open_run, step_context.run_tags)
+
+    def ingestion_invocation(self, context: dg.AssetExecutionContext, job: IngestionJob) -> IngestionInvocation:
+        """One materialization of an ingestion asset of `job` (`ingestion_asset`): the
+        ranges of its partitions, run in order by `stream()`, which yields its events."""
+        ingestion = RangeIngestion(self.spark_session, self.control_plane(), with_dagster_claims(job, context.instance),
+                                   warehouse=self.warehouse, small_run_rows_limit=self.small_run_rows_limit)
+        return IngestionInvocation(context, job, ingestion, lambda: self._counted([job.target.name])[job.target.name])
+
+    def _transformation_to_run(self, asset: IncrementalAsset, func: TransformFunction) -> Transformation:
+        """The transformation of `asset`, its outputs' unknown row counts taken first
+        (`row_count`), so that the run's result reports every output's count."""
+        if self.row_count:
+            self._counted(list(asset.output_tables))
+        return self.transformation(asset, func)
 
     def registered_table(self, name: str) -> VersionedTable | None:
         """The versioned table `name` as the delta catalog registered it, or None (no

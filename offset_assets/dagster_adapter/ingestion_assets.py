@@ -2,8 +2,8 @@
 
 `ingestion_asset(job)` builds a partitioned Dagster asset from an `IngestionJob`
 (source, planner, target table). Materializing a partition runs `RangeIngestion.run_range`
-for its range under the Dagster run id: the range's rows and its job_log SUCCESS
-commit together. Which run it is:
+for its range under the Dagster run id (`ingestion_invocation.py`): the range's rows and
+its job_log SUCCESS commit together. Which run it is:
 - the next range of the job (pointer, or the failed range to retry): a plain run;
   a later range fails with "waits for earlier range ..." (ranges run in order);
 - the current time window, not ended yet (today's, for daily windows): what the source
@@ -28,26 +28,22 @@ A job that quarantines malformed records (`on_malformed="quarantine"`) gets the 
 check `malformed_records`: it warns when a run set records aside, naming the quarantine
 table and the partitions.
 
-Like `incremental_asset`, the body takes its Spark session, control plane and
-warehouse from the typed `IncrementalEngineResource` (resource key
-`incremental_engine`); the `OffsetIOManager` under `io_manager_key` serves the ingested
-table to downstream assets.
+Like `incremental_asset`'s, the body drives one invocation made by the typed
+`IncrementalEngineResource` (resource key `incremental_engine`:
+`ingestion_invocation(context, job)`), which holds the Spark session, control plane and
+warehouse; the `OffsetIOManager` under `io_manager_key` serves the ingested table to
+downstream assets.
 """
 
 # No `from __future__ import annotations`: Dagster inspects the decorated functions'
 # annotations (the context type) at definition time, so they must not be strings.
 
-import dataclasses
-import uuid
 import weakref
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
 
-from offset_assets.control_plane.job_log import JobLog
-from offset_assets.control_plane.job_log.records import JobStatus
 from offset_assets.dagster_adapter.asset_job import AssetJob
 from offset_assets.dagster_adapter.asset_spec import (
     COLUMN_SCHEMA_KEY,
@@ -56,18 +52,11 @@ from offset_assets.dagster_adapter.asset_spec import (
     schema_json,
     table_name_for,
 )
-from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.ingestion_report import ingestion_metadata, quarantine_check_result
-from offset_assets.dagster_adapter.partitions import range_for_partition, time_window_partitions
-from offset_assets.errors import OffsetAssetsError
-from offset_assets.ranges.errors import RangeOrderError
-from offset_assets.ranges.ingestion import IngestionJob, OnMalformed, RangeIngestion, RangeResult, is_open_window
-from offset_assets.ranges.planners import DataRange, TimeWindowPlanner
-
-REFRESH_TAG = "offset_assets/refresh"
-QUARANTINE_CHECK = "malformed_records"
-_FALSE_VALUES = frozenset({"false", "0", "no", "off", ""})
+from offset_assets.dagster_adapter.ingestion_invocation import QUARANTINE_CHECK
+from offset_assets.dagster_adapter.partitions import time_window_partitions
+from offset_assets.ranges.ingestion import IngestionJob, OnMalformed
+from offset_assets.ranges.planners import TimeWindowPlanner
 
 # The job each ingestion asset was built from, by the asset's op: `Definitions` copies an
 # asset to bind its resources but keeps its op, so a loaded code location still leads
@@ -81,22 +70,6 @@ def ingestion_partitions(job: IngestionJob, end_offset: int = 1) -> dg.Partition
     if isinstance(job.planner, TimeWindowPlanner):
         return time_window_partitions(job.planner, end_offset=end_offset)
     return dg.DynamicPartitionsDefinition(name=f"{job.name}_ranges")
-
-
-def dagster_run_is_dead(instance: dg.DagsterInstance) -> Callable[[str], bool]:
-    """`is_run_dead` for claims: a Dagster run that finished (failed, canceled, or ended
-    without committing) or no longer exists. Run ids not from Dagster are left to the
-    heartbeat timeout."""
-
-    def is_dead(run_id: str) -> bool:
-        try:
-            uuid.UUID(run_id)
-        except ValueError:
-            return False
-        run = instance.get_run_by_id(run_id)
-        return run is None or run.is_finished
-
-    return is_dead
 
 
 def ingestion_asset(
@@ -166,30 +139,8 @@ def ingestion_asset(
         **asset_kwargs,
     )
     def _ingest(context: dg.AssetExecutionContext,
-                incremental_engine: IncrementalEngineResource) -> dg.MaterializeResult:
-        policy = job.claim_policy
-        if policy.is_run_dead is None:
-            policy = dataclasses.replace(policy, is_run_dead=dagster_run_is_dead(context.instance))
-        ingestion = RangeIngestion(incremental_engine.spark_session, incremental_engine.control_plane(),
-                                   dataclasses.replace(job, claim_policy=policy),
-                                   warehouse=incremental_engine.warehouse,
-                                   small_run_rows_limit=incremental_engine.small_run_rows_limit)
-        results: list[tuple[str, RangeResult]] = []
-        for key in _partition_keys(context):
-            data_range = _range_to_run(ingestion.log, job, partitions_def, key, context.run.tags)
-            context.log.info(f"{job.name}: ingesting range {key} ({_how(data_range)})")
-            try:
-                result = ingestion.run_range(data_range, run_id=context.run.run_id,
-                                             runtime_args={"partition_key": key})
-            except RangeOrderError as exc:
-                raise dg.Failure(description=f"{job.name} range {key}: {exc}. "
-                                             f"{how_ranges_are_added(asset_key)}") from exc
-            except OffsetAssetsError as exc:
-                raise dg.Failure(description=f"{job.name} range {key}: {exc}") from exc
-            results.append((key, result))
-        row_count = incremental_engine.row_counts([read_as]).get(read_as)
-        checks = [quarantine_check_result(results, job.quarantine_name, QUARANTINE_CHECK)] if quarantines else []
-        return dg.MaterializeResult(metadata=ingestion_metadata(results, row_count), check_results=checks)
+                incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
+        yield from incremental_engine.ingestion_invocation(context, job).stream()
 
     _JOBS_BY_OP[_ingest.op] = job
     return _ingest
@@ -200,44 +151,10 @@ def ingestion_job_of(assets_def: dg.AssetsDefinition) -> IngestionJob | None:
     return _JOBS_BY_OP.get(assets_def.op) if assets_def.is_executable else None
 
 
-def how_ranges_are_added(asset_key: dg.AssetKey) -> str:
-    """Where the partitions of due ranges come from, for errors about a range that is not."""
-    return (f"Due ranges are planned from job_log by the asset's ingestion sensor or schedule, or "
-            f"from a shell: `offset-assets ranges plan {asset_key.to_user_string()}` adds them "
-            "as partitions and prints the commands that run them in order; a range already "
-            f"ingested is re-run with the run tag {REFRESH_TAG}=true")
-
-
 def _as_list(prefix: str | list[str] | None) -> list[str]:
     if prefix is None:
         return []
     return [prefix] if isinstance(prefix, str) else list(prefix)
-
-
-def _partition_keys(context: dg.AssetExecutionContext) -> list[str]:
-    # A single-run backfill passes a key range: its ranges run in order, in one run.
-    return list(context.partition_keys) if context.has_partition_key_range else [
-        context.partition_key]
-
-
-def _how(data_range: DataRange) -> str:
-    if is_open_window(data_range, datetime.now(UTC)):
-        return "open window: what the source holds so far; ingested again once it has closed"
-    return "refresh" if data_range.refresh else "in order"
-
-
-def _range_to_run(log: JobLog, job: IngestionJob, partitions_def: dg.PartitionsDefinition,
-                  key: str, tags: Mapping[str, str]) -> DataRange:
-    data_range = range_for_partition(partitions_def, key)
-    if data_range.kind != job.planner.kind:
-        raise dg.Failure(description=f"{job.name}: partition {key!r} is a {data_range.kind} "
-                                     f"range, the job plans {job.planner.kind} ranges")
-    existing = log.get_range(job.name, data_range.start)
-    done = (existing is not None and existing.status == JobStatus.SUCCESS
-            and existing.data_range_end != existing.data_range_start)
-    refresh_tag = tags.get(REFRESH_TAG)
-    asked = refresh_tag is not None and refresh_tag.strip().lower() not in _FALSE_VALUES
-    return dataclasses.replace(data_range, refresh=done or asked or BACKFILL_TAG in tags)
 
 
 def ingestion_job(assets_def: dg.AssetsDefinition) -> AssetJob:

@@ -17,7 +17,8 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
-from offset_assets.dagster_adapter.ingestion_assets import dagster_run_is_dead, ingestion_job, ingestion_job_of
+from offset_assets.dagster_adapter.ingestion_assets import ingestion_job, ingestion_job_of
+from offset_assets.dagster_adapter.ingestion_invocation import dagster_run_is_dead
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.partitions import range_partition_key, time_partition_key
 from offset_assets.ranges.ingestion import IngestionJob, plan_ranges

@@ -1,146 +1,183 @@
-"""`IncrementalInvocation`: one materialization of an incremental asset, from the state
-read to the events, driven by the asset body.
+"""Invocations of an incremental asset: one materialization each, from the run it asks
+for to its events. The engine resource makes them, as dagster-dbt's `DbtCliResource.cli`
+makes a `DbtCliInvocation`:
 
     def body(context, config, incremental_engine):
         asset = resolve_incremental(context.assets_def)
-        invocation = IncrementalInvocation.start(context, incremental_engine, asset, func,
-                                                 config.changelist, config.change_detection)
+        invocation = incremental_engine.incremental_invocation(context, asset, func, config.changelist,
+                                                               config.change_detection)
         yield from invocation.stream()
 
-`start` reads what the Dagster run asks (its tags, its run config) and decides the mode
-once: a `reset` (a backfill or the reset tag: every key again), a `changelist` (given
-keys), or a regular run, which first asks the control plane whether there is anything to
-do (`idle`: no Spark session started) and otherwise is a `run`. An idle invocation also
-asks whether an incremental asset downstream of it in the same run has work of its own
-(`downstream_work.py`): then it materializes, so Dagster does not skip that asset. `stream` runs the engine
-in that mode (it reads the transformation's state once, at the start of its run) and
-turns the engine's result into events through the one event iterator of
-`run_report.py`. What is reported comes from the result; the only thing read again is
-`dagster/row_count` of the materialized outputs, from the delta catalog
-(`output_row_counts`, shared with the IO manager's path).
+`IncrementalInvocation` serves `incremental_asset`'s body; `StepInvocation` a plain
+`@dg.asset` whose body is the transformation, driven by the `OffsetIOManager` (opened
+when it loads the first input, finished when it hands the output over).
+
+`run_request` reads what the Dagster run asks (its tags, its run config) and decides the
+engine's `RunRequest` once, for both: a `reprocess` (a backfill or the reset tag: every
+key again), a `changelist` (given keys), or an `incremental` run, which first asks the
+control plane whether there is anything to do (when not: its `idle` result, and no Spark
+session started). An idle invocation also asks whether an incremental asset downstream
+of it in the same run has work of its own (`downstream_work.py`): then it materializes,
+so Dagster does not skip that asset. `stream` runs the engine on that request (it reads
+the transformation's state once, at the start of its run) and turns the engine's result
+into events through the one event iterator of `run_report.py`. Everything reported comes
+from the result, the outputs' row counts included: nothing is read after the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 import dagster as dg
+from pyspark.sql import DataFrame
 
+from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset
 from offset_assets.dagster_adapter.backfill import tag_reset_reason
 from offset_assets.dagster_adapter.definition_checks import run_start_problems
 from offset_assets.dagster_adapter.downstream_work import downstream_work
-from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.run_report import RunReport, run_events
+from offset_assets.dagster_adapter.run_report import RunReport, report_output, run_events
 from offset_assets.engine.pending import idle_result
 from offset_assets.engine.result import RunResult
-from offset_assets.engine.transformation import ChangeDetection, TransformFunction
+from offset_assets.engine.run import TransformationRun
+from offset_assets.engine.transformation import TransformFunction
+from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, RunMode, RunRequest
 
 
-class InvocationMode(StrEnum):
-    """How an invocation runs the engine: `reset` (offsets reset, every key again),
-    `changelist` (given keys, offsets untouched), `idle` (the control plane showed
-    nothing to do: no engine run) or `run` (the changes since the offsets)."""
-
-    reset = "reset"
-    changelist = "changelist"
-    idle = "idle"
-    run = "run"
+def run_request(asset: IncrementalAsset, tags: Mapping[str, str], changelist: Sequence[dict[str, Any]] | None = None,
+                change_detection: ChangeDetectionLike | None = None) -> tuple[RunRequest, str | None]:
+    """The run a step of `asset` asks for, from its run's tags and its run config, and why
+    it reprocesses (the tags' reason; None when it does not)."""
+    reason = tag_reset_reason(tags)
+    if changelist is not None and reason is not None:
+        raise dg.Failure(
+            f"{asset.asset_key.to_user_string()}: a run cannot both reset the offsets "
+            f"({reason}) and process an explicit key list"
+        )
+    detection = ChangeDetection(change_detection or asset.spec.change_detection)
+    if reason is not None:
+        return RunRequest.reprocess(detection), reason
+    if changelist is not None:
+        return RunRequest.changelist(changelist), None
+    return RunRequest.incremental(detection), None
 
 
 @dataclass
 class IncrementalInvocation:
-    """One materialization of `asset`: its mode, decided at `start`, and `stream`, which
-    runs the engine and yields the asset's events."""
+    """One materialization of `asset` by its body: the run it asks for (`request`, decided
+    at `start`; `reason`: why a reprocess), or the result of the run it needs not start
+    (`idle`), and `stream`, which runs the engine (`run`, given by the resource) and
+    yields the asset's events."""
 
     context: dg.AssetExecutionContext
-    resource: IncrementalEngineResource
     asset: IncrementalAsset
-    func: TransformFunction
-    mode: InvocationMode
-    change_detection: ChangeDetection
-    reset_reason: str | None = None
-    keys: Sequence[dict[str, Any]] | None = None
+    run: Callable[[RunRequest], RunResult]
+    request: RunRequest
+    reason: str | None = None
     idle: RunResult | None = None
     waiting: Mapping[dg.AssetKey, Sequence[str]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, context: dg.AssetExecutionContext, resource: IncrementalEngineResource,
-              asset: IncrementalAsset, func: TransformFunction, changelist: Sequence[dict[str, Any]] | None,
-              change_detection: ChangeDetection | str | None) -> IncrementalInvocation:
-        """Decide the mode from the run's tags and config. Mistakes in what the asset
-        says of its inputs fail the step first (`definition_checks.run_start_problems`).
-        A regular v2 run asks the control plane first: with nothing to do it starts no
-        Spark session (v1 compares the data itself and always runs)."""
-        problems = run_start_problems(context, DeltaCatalog(resource.control_plane()), asset)
+    def start(cls, context: dg.AssetExecutionContext, asset: IncrementalAsset, plane: ControlPlane,
+              run: Callable[[RunRequest], RunResult], changelist: Sequence[dict[str, Any]] | None,
+              change_detection: ChangeDetectionLike | None) -> IncrementalInvocation:
+        """Decide the request (`run_request`). Mistakes in what the asset says of its
+        inputs fail the step first (`definition_checks.run_start_problems`). A regular v2
+        run asks the control plane first: with nothing to do it starts no Spark session
+        (v1 compares the data itself and always runs)."""
+        problems = run_start_problems(context, DeltaCatalog(plane), asset)
         if problems:
             raise dg.Failure(description="\n".join(problems))
-        reason = tag_reset_reason(context.run.tags)
-        if changelist is not None and reason is not None:
-            raise dg.Failure(
-                f"{asset.asset_key.to_user_string()}: a run cannot both reset the offsets "
-                f"({reason}) and process an explicit key list"
-            )
-        detection = ChangeDetection(change_detection or asset.spec.change_detection)
-        invocation = cls(context, resource, asset, func, InvocationMode.run, detection, reason, changelist)
-        if reason is not None:
-            return replace(invocation, mode=InvocationMode.reset)
-        if changelist is not None:
-            return replace(invocation, mode=InvocationMode.changelist)
-        if detection == ChangeDetection.v2:
-            idle = idle_result(resource.control_plane(), asset.transformation_id, asset.input_tables,
-                               asset.output_tables, context.run.run_id, asset.spec.commit_mode)
-            if idle is not None:
-                return replace(invocation, mode=InvocationMode.idle, idle=idle,
-                               waiting=downstream_work(context, resource, asset))
-        return invocation
+        request, reason = run_request(asset, context.run.tags, changelist, change_detection)
+        invocation = cls(context, asset, run, request, reason)
+        if request.mode != RunMode.incremental or request.change_detection != ChangeDetection.v2:
+            return invocation
+        idle = idle_result(plane, asset.transformation_id, asset.input_tables, asset.output_tables,
+                           context.run.run_id, asset.spec.commit_mode)
+        if idle is None:
+            return invocation
+        waiting = downstream_work(context, plane, asset)
+        if waiting:
+            # An idle step starts no Spark: the row counts are the catalog's, where it knows them.
+            counts = DeltaCatalog(plane).actual_rows(asset.output_tables)
+            idle.output_rows = {name: rows for name, rows in counts.items() if rows is not None}
+        return replace(invocation, idle=idle, waiting=waiting)
 
     def stream(self) -> Iterator[dg.MaterializeResult]:
-        """Run the engine in the invocation's mode and yield the asset's events: a
-        materialization per output that committed a version (every output of an
-        explicit request: a reset, a key list, a reprocess request the run worked on;
-        an idle output whose downstream assets in the run have work), an observation for
-        every other output."""
-        result = self._run()
-        report = RunReport.of(self.asset, result, self.reset_reason, self.waiting)
-        if self.mode != InvocationMode.idle:
-            report = replace(report, row_counts=output_row_counts(self.resource, self.asset, report.materialized))
-        elif report.materialized:
-            report = replace(report, row_counts=catalog_row_counts(self.resource, report.materialized))
-        yield from run_events(self.context, report)
+        """Run the engine on the request and yield the asset's events: a materialization
+        per output that committed a version (every output of an explicit request: a
+        reprocess, a key list, a reprocess request the run worked on; an idle output whose
+        downstream assets in the run have work), an observation for every other output."""
+        yield from run_events(self.context, RunReport.of(self.asset, self._run(), self.reason, self.waiting))
 
     def _run(self) -> RunResult:
-        tid, run_id = self.asset.transformation_id, self.context.run.run_id
-        if self.mode == InvocationMode.idle:
-            self.context.log.info(f"{tid}: nothing to do (no input commit beyond the offsets); "
-                                  "no Spark session started")
-            for key, waiting in self.waiting.items():
-                self.context.log.info(f"{key.to_user_string()} is materialized all the same, so that "
-                                      f"Dagster runs what waits downstream in this run: {'; '.join(waiting)}")
-            return self.idle
-        engine = self.resource.engine()
-        transformation = self.resource.transformation(self.asset, self.func)
-        if self.mode == InvocationMode.changelist:
-            return engine.run_changelist(transformation, self.keys, run_id=run_id)
-        return engine.run_full(transformation, run_id=run_id, change_detection=self.change_detection,
-                               reprocess_all=self.mode == InvocationMode.reset)
+        if self.idle is None:
+            return self.run(self.request)
+        self.context.log.info(f"{self.asset.transformation_id}: nothing to do (no input commit beyond "
+                              "the offsets); no Spark session started")
+        for key, waiting in self.waiting.items():
+            self.context.log.info(f"{key.to_user_string()} is materialized all the same, so that "
+                                  f"Dagster runs what waits downstream in this run: {'; '.join(waiting)}")
+        return self.idle
 
 
-def output_row_counts(resource: IncrementalEngineResource, asset: IncrementalAsset,
-                      materialized: Collection[dg.AssetKey]) -> dict[dg.AssetKey, int]:
-    """`dagster/row_count` of each materialized output: its actual rows as the catalog
-    counted them at the commit (`IncrementalEngineResource.row_counts`), in one place for
-    both paths; an output the run left as it was keeps its count."""
-    return resource.row_counts([out.asset_key for out in asset.outputs if out.asset_key in materialized])
+class StepInvocation:
+    """One materialization of an incremental asset whose body is the transformation,
+    called once: a single batch committed at the end. The `OffsetIOManager` opens it when
+    it loads the asset's first input (the run's lease, snapshot and changed index: every
+    input's frame is then the actual rows of the changed keys) and hands it the output
+    (`finish`: commit, report). `close` ends a run that never got its output (a failed
+    body), committing nothing."""
+
+    def __init__(self, asset: IncrementalAsset, open_run: Callable[[RunRequest, TransformFunction], TransformationRun],
+                 tags: Mapping[str, str]) -> None:
+        if asset.spec.batch_size is not None or asset.spec.commit_mode != CommitMode.end:
+            raise dg.DagsterInvalidDefinitionError(
+                f"asset {asset.asset_key.to_user_string()}: batch_size / commit_mode='batch' "
+                "need the engine to call the function per batch: declare it with "
+                "@incremental_asset"
+            )
+        self.asset = asset
+        request, self.reason = run_request(asset, tags)
+        self._stack = ExitStack()
+        self.run = self._stack.enter_context(open_run(request, _body_is_the_function(asset)))
+        try:
+            self.frames = self.run.input_frames(0) if self.run.batches else {
+                inp.name: self.run.spark.createDataFrame([], inp.table.schema) for inp in self.run.t.inputs
+            }
+        except BaseException:
+            self.close()
+            raise
+
+    def finish(self, context: dg.OutputContext, obj: Any) -> None:
+        """Commit `obj` as the asset's output (outputs, meta and offsets in one
+        control-plane transaction) and report the run as the output's metadata."""
+        try:
+            if self.run.batches:
+                if not isinstance(obj, DataFrame):
+                    raise TypeError(
+                        f"incremental asset {self.asset.asset_key.to_user_string()} must return a "
+                        f"Spark DataFrame, got {type(obj).__name__}"
+                    )
+                self.run.apply_outputs(0, obj)
+            result = self.run.finish()
+        finally:
+            self.close()
+        report_output(context, RunReport.of(self.asset, result, self.reason, counted=[self.asset.asset_key]))
+
+    def close(self) -> None:
+        self._stack.close()
 
 
-def catalog_row_counts(resource: IncrementalEngineResource,
-                       materialized: Collection[dg.AssetKey]) -> dict[dg.AssetKey, int]:
-    """`dagster/row_count` of outputs an idle step materializes: the catalog's counts
-    only (a count the catalog lacks is left out: an idle step starts no Spark)."""
-    counts = DeltaCatalog(resource.control_plane()).actual_rows([table_name_for(key) for key in materialized])
-    return {key: counts[table_name_for(key)] for key in materialized if counts[table_name_for(key)] is not None}
+def _body_is_the_function(asset: IncrementalAsset) -> TransformFunction:
+    def refuse(**_: DataFrame) -> DataFrame:
+        raise dg.DagsterInvariantViolationError(
+            f"asset {asset.asset_key.to_user_string()}: through the OffsetIOManager the asset "
+            "body is the transformation; the engine never calls a function of its own"
+        )
+
+    return refuse

@@ -3,16 +3,16 @@
 What it does depends on the asset it serves, told by the asset's definition metadata
 (`asset_spec.IncrementalSpec`, set by `incremental_metadata(...)` or `incremental_asset`):
 
-- **loading an input of an incremental asset**: the first input loaded opens an engine
-  run of the asset's transformation (lease, snapshot, changed index over *all* its
-  inputs); every input then gets its offset-filtered frame: the actual rows of the
-  changed keys, reference inputs only for the join values present (filtered join).
-  A run tagged `dagster/backfill` or `offset_assets/reset` resets the offsets first.
-- **handling the output of an incremental asset**: the frame replaces the output of
-  the processed keys; outputs, meta and offsets commit in one control-plane
-  transaction; the run's numbers become the materialization metadata through the same
-  reporting as `incremental_asset`'s (`run_report.py`; the row count of
-  `invocation.output_row_counts`).
+- **loading an input of an incremental asset**: the first input loaded asks the engine
+  resource for the step's invocation (`invocation.StepInvocation`), which decides the
+  run and opens it (lease, snapshot, changed index over *all* the asset's inputs; a run
+  tagged `dagster/backfill` or `offset_assets/reset` reprocesses every key); every
+  input then gets its offset-filtered frame from it: the actual rows of the changed
+  keys, reference inputs only for the join values present (filtered join).
+- **handling the output of an incremental asset**: the frame goes to that invocation,
+  which commits it (the processed keys' output replaced; outputs, meta and offsets in
+  one control-plane transaction) and reports the run as `incremental_asset`'s are
+  (`run_report.py`). The IO manager itself only keeps which invocation an output goes to.
 - **loading a versioned table into anything else** (a report, a plain asset, an op):
   its actual state, `VersionedTable.read_actual()`.
 - **handling the output of a plain asset**: the frame is written as one delta of the
@@ -20,7 +20,7 @@ What it does depends on the asset it serves, told by the asset's definition meta
   `table_metadata(...)` or already registered.
 
 A failure in the asset body commits nothing: `handle_output` is never reached, and the
-resource teardown closes the open run, releasing its lease (and dropping its cached
+IO manager's teardown closes the open invocation, releasing its lease (and dropping its cached
 frames). The next run redoes the work.
 
 In this path the asset body is the transformation function, called once, so every
@@ -33,7 +33,6 @@ what `incremental_asset` does (see `assets.py`), on top of the same IO manager.
 # from its field annotations, which must be real types, not strings.
 
 import json
-from dataclasses import dataclass, replace
 from typing import Any
 
 import dagster as dg
@@ -47,25 +46,8 @@ from offset_assets.dagster_adapter.asset_spec import (
     resolve_incremental,
     table_name_for,
 )
-from offset_assets.dagster_adapter.backfill import tag_reset_reason
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.invocation import output_row_counts
-from offset_assets.dagster_adapter.run_report import RunReport, report_output
-from offset_assets.engine.run import TransformationRun
-from offset_assets.engine.transformation import TransformFunction
-
-
-@dataclass
-class _OpenRun:
-    """An engine run opened by `load_input`, waiting for its asset's `handle_output`."""
-
-    asset: IncrementalAsset
-    run: TransformationRun
-    frames: dict[str, DataFrame]
-    reset_reason: str | None
-
-    def close(self) -> None:
-        self.run.__exit__(None, None, None)
+from offset_assets.dagster_adapter.invocation import StepInvocation
 
 
 class OffsetIOManager(dg.ConfigurableIOManager):
@@ -77,7 +59,9 @@ class OffsetIOManager(dg.ConfigurableIOManager):
         description="Where tables live and how the engine runs (control plane, Spark, warehouse).",
     )
 
-    _open_runs: dict[tuple[str, dg.AssetKey], _OpenRun] = PrivateAttr(default_factory=dict)
+    # The invocation each incremental asset's step opened at its first input, until its
+    # output is handed over: Dagster calls the IO manager per input and output, not per step.
+    _open: dict[tuple[str, dg.AssetKey], StepInvocation] = PrivateAttr(default_factory=dict)
 
     # -- IOManager ------------------------------------------------------------------------
 
@@ -87,77 +71,36 @@ class OffsetIOManager(dg.ConfigurableIOManager):
         consumed = consumer.input_for_key(upstream) if consumer is not None else None
         if consumed is None:
             return self.engine.table(upstream).read_actual()
-        return self._open_run(context, consumer).frames[consumed.table_name]
+        key = (context.step_context.run_id, consumer.asset_key)
+        if key not in self._open:
+            self._open[key] = self.engine.step_invocation(context.step_context, consumer)
+        return self._open[key].frames[consumed.table_name]
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         asset = resolve_incremental(_assets_def(context), context.asset_key)
-        if asset is not None:
-            self._commit_run(context, asset, obj)
-        elif obj is not None:
-            self._write_plain(context, obj)
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        # Runs whose asset body failed never reached handle_output: release their leases.
-        while self._open_runs:
-            (_, asset_key), open_run = self._open_runs.popitem()
-            if context.log is not None:
-                context.log.warning(
-                    f"{asset_key.to_user_string()}: the asset did not complete; its run "
-                    f"{open_run.run.run_id} committed nothing and released its lease"
-                )
-            open_run.close()
-
-    # -- incremental assets ----------------------------------------------------------------
-
-    def _open_run(self, context: dg.InputContext, asset: IncrementalAsset) -> _OpenRun:
-        key = (context.step_context.run_id, asset.asset_key)
-        if key in self._open_runs:
-            return self._open_runs[key]
-        if asset.spec.batch_size is not None or asset.spec.commit_mode != "end":
-            raise dg.DagsterInvalidDefinitionError(
-                f"asset {asset.asset_key.to_user_string()}: batch_size / commit_mode='batch' "
-                "need the engine to call the function per batch: declare it with "
-                "@incremental_asset"
-            )
-        reset = tag_reset_reason(context.step_context.run_tags)
-        transformation = self.engine.transformation(asset, _body_is_the_function(asset))
-        run = self.engine.engine().open_run(transformation, run_id=context.step_context.run_id,
-                                     reprocess_all=reset is not None)
-        run.__enter__()
-        try:
-            frames = run.input_frames(0) if run.batches else {
-                inp.name: self.engine.spark_session.createDataFrame([], inp.table.schema)
-                for inp in transformation.inputs
-            }
-        except BaseException:
-            run.__exit__(None, None, None)
-            raise
-        self._open_runs[key] = _OpenRun(asset, run, frames, reset)
-        return self._open_runs[key]
-
-    def _commit_run(self, context: dg.OutputContext, asset: IncrementalAsset, obj: Any) -> None:
-        open_run = self._open_runs.pop((context.step_context.run_id, asset.asset_key), None)
-        if open_run is None:
+        if asset is None:
+            if obj is not None:
+                self._write_plain(context, obj)
+            return
+        invocation = self._open.pop((context.step_context.run_id, asset.asset_key), None)
+        if invocation is None:
             raise dg.DagsterInvariantViolationError(
                 f"incremental asset {asset.asset_key.to_user_string()} loaded none of its "
                 "inputs through the OffsetIOManager, so there is no run to commit; give its "
                 "inputs this IO manager or declare it with @incremental_asset"
             )
-        try:
-            run = open_run.run
-            if run.batches:
-                if not isinstance(obj, DataFrame):
-                    raise TypeError(
-                        f"incremental asset {asset.asset_key.to_user_string()} must return a "
-                        f"Spark DataFrame, got {type(obj).__name__}"
-                    )
-                run.apply_outputs(0, obj)
-            result = run.finish()
-        finally:
-            open_run.close()
-        report = RunReport.of(asset, result, open_run.reset_reason)
-        report = replace(report, row_counts=output_row_counts(self.engine, asset, [asset.asset_key]))
-        report_output(context, report)
+        invocation.finish(context, obj)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        # Steps whose asset body failed never handed their output over: release their leases.
+        while self._open:
+            (_, asset_key), invocation = self._open.popitem()
+            if context.log is not None:
+                context.log.warning(
+                    f"{asset_key.to_user_string()}: the asset did not complete; its run "
+                    f"{invocation.run.run_id} committed nothing and released its lease"
+                )
+            invocation.close()
 
     # -- plain assets --------------------------------------------------------------------------
 
@@ -199,13 +142,3 @@ def _assets_def(context: dg.InputContext | dg.OutputContext) -> dg.AssetsDefinit
         return context.step_context.assets_def
     except dg.DagsterInvariantViolationError:  # a context built outside a run
         return None
-
-
-def _body_is_the_function(asset: IncrementalAsset) -> TransformFunction:
-    def refuse(**_: DataFrame) -> DataFrame:
-        raise dg.DagsterInvariantViolationError(
-            f"asset {asset.asset_key.to_user_string()}: through the OffsetIOManager the asset "
-            "body is the transformation; the engine never calls a function of its own"
-        )
-
-    return refuse

@@ -1,26 +1,39 @@
 """`OffsetStore`: the committed offsets as a Dagster resource, its API delegating to
 `control_plane/offsets.py` (`OffsetRepository`) and the engine's offset initialisation.
 
-The store holds no offset logic of its own: each method opens the repository of its
-control plane (`db_url`) and calls the method of the same name, so the store and a
-caller of the repository (the engine, the checks, the CLI) can never disagree.
+The store is a thin alias of the repository as a resource: it holds no offset logic and
+repeats no signature. Each offset method *is* `OffsetRepository`'s method of the same
+name (`_repository_method`), called on the repository of the store's control plane
+(`db_url`), so the store and a caller of the repository (the engine, the checks, the
+CLI) can never disagree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
-from sqlalchemy import Connection
 
 from offset_assets.config import default_db_url
 from offset_assets.control_plane.database import ControlPlane, connect
-from offset_assets.control_plane.offsets import OffsetKey, OffsetRepository
+from offset_assets.control_plane.offsets import OffsetRepository
 
 if TYPE_CHECKING:  # the engine imports Spark: only the method that needs it imports it
     from offset_assets.engine.transformation import Transformation
+
+
+def _repository_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` of `OffsetRepository` as a method of the store: called on the store's
+    repository, with the repository's signature and docstring."""
+
+    @functools.wraps(method)
+    def on_repository(store: OffsetStore, *args: Any, **kwargs: Any) -> Any:
+        return method(store.repository(), *args, **kwargs)
+
+    return on_repository
 
 
 class OffsetStore(dg.ConfigurableResource):
@@ -49,41 +62,12 @@ class OffsetStore(dg.ConfigurableResource):
         """The offset repository of this control plane; every offset method below is its own."""
         return OffsetRepository(self.control_plane())
 
-    # -- OffsetRepository, by name ------------------------------------------------------
-
-    def get_offsets_for_transformation(
-        self, transformation_id: str, conn: Connection | None = None
-    ) -> dict[str, float]:
-        return self.repository().get_offsets_for_transformation(transformation_id, conn)
-
-    def get_offset(
-        self, transformation_id: str, input_table_name: str, conn: Connection | None = None
-    ) -> float | None:
-        return self.repository().get_offset(transformation_id, input_table_name, conn)
-
-    def update_offsets_bulk(
-        self, offsets: Mapping[OffsetKey, float], conn: Connection | None = None
-    ) -> None:
-        self.repository().update_offsets_bulk(offsets, conn)
-
-    def reset_offset(
-        self,
-        transformation_id: str,
-        input_table_name: str | None = None,
-        conn: Connection | None = None,
-    ) -> int:
-        return self.repository().reset_offset(transformation_id, input_table_name, conn)
-
-    def get_statistics(
-        self,
-        now: float | None = None,
-        *,
-        transformation_id: str | None = None,
-        conn: Connection | None = None,
-    ) -> list[dict[str, Any]]:
-        return self.repository().get_statistics(
-            now, transformation_id=transformation_id, conn=conn
-        )
+    # `OffsetRepository`'s offset methods, each its own: signature, docstring and body.
+    get_offsets_for_transformation = _repository_method(OffsetRepository.get_offsets_for_transformation)
+    get_offset = _repository_method(OffsetRepository.get_offset)
+    update_offsets_bulk = _repository_method(OffsetRepository.update_offsets_bulk)
+    reset_offset = _repository_method(OffsetRepository.reset_offset)
+    get_statistics = _repository_method(OffsetRepository.get_statistics)
 
     # -- the engine's initialisation from meta ------------------------------------------
 

@@ -3,8 +3,8 @@ the events of its asset (the one event iterator of both paths).
 
 `RunReport` is a finished run as its asset reports it: the engine's result, why every
 key was reprocessed (a backfill's tags, a reprocess request the run worked on), and the
-row counts the invocation took. Everything it says comes from the result: offsets
-before and after, each input's lag (`RunResult.offset_lag_s`), rows read and written;
+outputs' row counts. Everything it says comes from the result: offsets before and
+after, each input's lag (`RunResult.offset_lag_s`), rows read and written, row counts;
 reporting reads neither the control plane nor Spark. `run_events` turns it into the
 events of an asset body (a materialization per output that committed a version, an
 observation otherwise); `report_output` does the same for the IO manager's
@@ -28,7 +28,8 @@ import dagster as dg
 
 from offset_assets.dagster_adapter.asset_spec import FailedKeysPolicy, IncrementalAsset, IncrementalOutput
 from offset_assets.dagster_adapter.backfill import OFFSETS_RESET_TAG_PREFIX
-from offset_assets.engine.result import RunMode, RunResult
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.vocabulary import RunMode
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ class RunReport:
 
     `reason`: why every key was reprocessed (`backfill <id>`, `tag
     offset_assets/reset=true`, `reprocess request of <date>`), None for any other run;
-    `row_counts`: `dagster/row_count` of the outputs the invocation counted; `waiting`:
+    `row_counts`: `dagster/row_count` of the outputs reported with one (the result's
+    counts of the outputs it materializes, unless told otherwise); `waiting`:
     per output of an idle run, the work of the assets downstream of it in the same run
     (`downstream_work.py`), for which it materializes all the same."""
 
@@ -49,10 +51,16 @@ class RunReport:
 
     @classmethod
     def of(cls, asset: IncrementalAsset, result: RunResult, tag_reason: str | None,
-           waiting: Mapping[dg.AssetKey, Sequence[str]] | None = None) -> RunReport:
+           waiting: Mapping[dg.AssetKey, Sequence[str]] | None = None,
+           counted: Sequence[dg.AssetKey] | None = None) -> RunReport:
         """The report of `result`, its reason named by the run's tags or else by the
-        reprocess request the run worked on."""
-        return cls(asset, result, tag_reason or reprocess_reason(result), waiting=dict(waiting or {}))
+        reprocess request the run worked on; the row counts of the outputs `counted`
+        (default: those it materializes), from the result."""
+        report = cls(asset, result, tag_reason or reprocess_reason(result), waiting=dict(waiting or {}))
+        keys = report.materialized if counted is None else counted
+        rows = result.output_rows
+        return replace(report, row_counts={out.asset_key: rows[out.table_name] for out in asset.outputs
+                                           if out.asset_key in keys and out.table_name in rows})
 
     @property
     def materialized(self) -> list[dg.AssetKey]:
@@ -166,8 +174,8 @@ def run_metadata(result: RunResult, output_tables: Sequence[str] = (),
     jobs (left out over Spark Connect, where they are not counted)."""
     metadata: dict[str, dg.MetadataValue] = {
         "mode": dg.MetadataValue.text(str(result.mode)),
-        "change_detection": dg.MetadataValue.text(str(result.change_detection)),
-        "commit_mode": dg.MetadataValue.text(result.commit_mode),
+        "change_detection": dg.MetadataValue.text(result.key_source),
+        "commit_mode": dg.MetadataValue.text(str(result.commit_mode)),
         "changed_keys": dg.MetadataValue.int(result.changed_keys),
         "processed_keys": dg.MetadataValue.int(result.processed_keys),
         "failed_keys": dg.MetadataValue.int(result.failed_keys),
@@ -242,7 +250,7 @@ def run_summary(result: RunResult, reset_reason: str | None = None) -> str:
     input commits it read, and how each input's offset moved (as UTC dates)."""
     label = result.mode
     lines = [
-        f"**{label}** run of `{result.transformation_id}` ({result.change_detection}, "
+        f"**{label}** run of `{result.transformation_id}` ({result.key_source}, "
         f"commit {result.commit_mode}): processed {result.processed_keys} of "
         f"{result.changed_keys} changed key(s) in {result.batches} batch(es), "
         f"{result.failed_keys} failed{_waiting_text(result)}, in {result.duration_s:.1f} s{_jobs_text(result)}.",

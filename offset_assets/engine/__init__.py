@@ -17,9 +17,11 @@ _EXPORTS = {
     "Transformation": "offset_assets.engine.transformation",
     "TransformInput": "offset_assets.engine.transformation",
     "RunResult": "offset_assets.engine.result",
-    "RunMode": "offset_assets.engine.result",
+    "RunMode": "offset_assets.engine.vocabulary",
+    "RunRequest": "offset_assets.engine.vocabulary",
+    "CommitMode": "offset_assets.engine.vocabulary",
     "RunProfile": "offset_assets.engine.profile",
-    "ChangeDetection": "offset_assets.engine.transformation",
+    "ChangeDetection": "offset_assets.engine.vocabulary",
 }
 
 __all__ = sorted(_EXPORTS)

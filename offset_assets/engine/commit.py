@@ -8,7 +8,8 @@ The deltas' commit transaction (`commit_transaction`) is opened here and the pla
 rows are written into it by this module itself, so nothing calls back into the engine.
 What goes into the transaction besides the deltas:
 - the lease check (a run whose lease was taken over commits nothing);
-- a backfill's offset reset and, in batch mode, its reprocess request, in its first commit;
+- a backfill's (or a rescan's) offset reset and, in batch mode, a backfill's reprocess
+  request, in its first commit;
 - offsets: per input the last delta the run read, in batch mode never past the oldest
   change still waiting in a later batch (inclusive boundary, so that change is read again);
 - the meta delta that recorded failed keys, listed so that later runs find them cheaply;
@@ -34,6 +35,7 @@ from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
 from offset_assets.engine.meta import MetaPending, meta_frame, meta_frame_typed
 from offset_assets.engine.state import RunState
+from offset_assets.engine.vocabulary import CommitMode
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
@@ -77,15 +79,15 @@ class CommitPlan:
         return bool(self.offsets or self.reset_offsets or self.reprocess_request_ts is not None or self.final)
 
 
-def plan_commit(state: RunState, lease_holder: str, commit_mode: str,
+def plan_commit(state: RunState, lease_holder: str, commit_mode: CommitMode,
                 batch_min_ts: Mapping[int, Mapping[str, float]], batch: int | None,
                 first: bool, final: bool) -> CommitPlan:
     """The plan of one commit of a run: of `batch` (batch mode), or of the run's end
     (`batch` None; `final`: the run is complete); `first`: nothing committed before."""
     plan = CommitPlan(state.transformation_id, lease_holder, offsets=run_offsets(state, batch_min_ts, batch))
-    if state.reprocess_all and first:
+    if state.resets_offsets and first:
         plan.reset_offsets = True
-        if commit_mode == "batch":
+        if state.reprocesses and commit_mode == CommitMode.batch:
             plan.reprocess_request_ts = state.request_ts
     if final and state.full:
         plan.final = True

@@ -1,5 +1,5 @@
-"""`IncrementalEngine`: the incremental engine's entry points, without Dagster: run_full,
-run_changelist, changed_keys, offset resets and reprocess requests.
+"""`IncrementalEngine`: the incremental engine's entry points, without Dagster: `run` (a
+`RunRequest`), run_full, run_changelist, changed_keys, offset resets and reprocess requests.
 
 Every run goes through one protocol, `TransformationRun` (`run.py`), which the Dagster
 IO manager drives too.
@@ -23,7 +23,8 @@ from offset_assets.engine.meta import meta_table
 from offset_assets.engine.pending import current_request
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.run import TransformationRun
-from offset_assets.engine.transformation import ChangeDetection, Transformation
+from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.vocabulary import ChangeDetectionLike, RunRequest
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
 
 __all__ = ["IncrementalEngine", "KeysLike", "TransformationRun"]
@@ -62,37 +63,36 @@ class IncrementalEngine:
         self.catalog = DeltaCatalog(plane)
         self.leases = RunLeases(plane)
 
+    def run(self, transformation: Transformation, request: RunRequest | None = None,
+            run_id: str | None = None) -> RunResult:
+        """Run `transformation` as `request` asks (default: incremental, by the
+        transformation's own change detection), start to finish."""
+        with self.open_run(transformation, request, run_id=run_id) as run:
+            for batch in run.batches:
+                run.process_batch(batch, run.t.func)
+            return run.finish()
+
     def run_full(self, transformation: Transformation, run_id: str | None = None,
-                 change_detection: ChangeDetection | str | None = None, reprocess_all: bool = False) -> RunResult:
+                 change_detection: ChangeDetectionLike | None = None, reprocess_all: bool = False) -> RunResult:
         """Process every changed key (v2 by offsets, or v1 by full comparison).
 
         `reprocess_all` (what a backfill asks for) resets the offsets and supersedes the
         meta: every key present in the inputs or in the meta is processed again; a run
         that dies half-way leaves the rest to the next run."""
-        with self.open_run(transformation, run_id=run_id, change_detection=change_detection,
-                           reprocess_all=reprocess_all) as run:
-            return _drive(run)
+        request = RunRequest.reprocess() if reprocess_all else RunRequest.incremental(change_detection)
+        return self.run(transformation, request, run_id=run_id)
 
     def run_changelist(self, transformation: Transformation, keys: KeysLike,
                        run_id: str | None = None) -> RunResult:
         """Process exactly `keys` (transform-key values); offsets are never changed."""
-        with self.open_run(transformation, run_id=run_id, keys=keys) as run:
-            return _drive(run)
+        return self.run(transformation, RunRequest.changelist(keys), run_id=run_id)
 
-    def open_run(self, transformation: Transformation, run_id: str | None = None,
-                 keys: KeysLike | None = None, change_detection: ChangeDetection | str | None = None,
-                 reprocess_all: bool = False) -> TransformationRun:
+    def open_run(self, transformation: Transformation, request: RunRequest | None = None,
+                 run_id: str | None = None) -> TransformationRun:
         """A run to drive step by step (the Dagster IO manager does): use it as a context manager."""
-        return TransformationRun(
-            self,
-            transformation,
-            run_id or uuid.uuid4().hex[:12],
-            keys,
-            change_detection or transformation.change_detection,
-            reprocess_all,
-        )
+        return TransformationRun(self, transformation, run_id or uuid.uuid4().hex[:12], request or RunRequest())
 
-    def changed_index(self, transformation: Transformation, change_detection: ChangeDetection | str | None = None,
+    def changed_index(self, transformation: Transformation, change_detection: ChangeDetectionLike | None = None,
                       ) -> ChangedIndex | None:
         """The changed index a run would compute now (read-only; no lease, nothing
         written); None when the control plane alone shows nothing changed."""
@@ -103,7 +103,7 @@ class IncrementalEngine:
         return compute_changed_index(transformation, meta, request, self.pushdown_limit,
                                      broadcast_limit=self.driver_keys_limit)
 
-    def changed_keys(self, transformation: Transformation, change_detection: ChangeDetection | str | None = None,
+    def changed_keys(self, transformation: Transformation, change_detection: ChangeDetectionLike | None = None,
                      ) -> DataFrame:
         """The keys a run would process now (read-only; no lease, nothing written)."""
         index = self.changed_index(transformation, change_detection)
@@ -126,9 +126,3 @@ class IncrementalEngine:
     def initialize_offsets_from_transform_meta(self, transformation: Transformation) -> dict[str, float]:
         """Switch an existing transformation to offsets without redoing its work."""
         return offset_init.initialize_offsets_from_transform_meta(self, transformation)
-
-
-def _drive(run: TransformationRun) -> RunResult:
-    for batch in run.batches:
-        run.process_batch(batch, run.t.func)
-    return run.finish()

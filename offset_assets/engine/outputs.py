@@ -34,6 +34,7 @@ from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.loading import KeyValues, Persist, RunReads, matching_keys
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.vocabulary import CommitMode
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.hot_delta import SMALL_WRITE_ROWS, HotDelta
 from offset_assets.versioned.in_filter import in_values
@@ -100,7 +101,7 @@ class OutputWriter:
         """Write each output's replacement of the batch's `keys` into its hot delta
         (`shuffled`: a batch may be too large to broadcast its output's keys; `last`: the
         run's last batch, whose writes are the last into the run's hot deltas)."""
-        batch_mode = self.t.commit_mode == "batch"
+        batch_mode = self.t.commit_mode == CommitMode.batch
         by_name = {out.name: out for out in self.t.outputs}
         hots: dict[str, HotDelta] = {}
         savepoints = {}
@@ -177,7 +178,7 @@ class OutputWriter:
         # Batch mode writes each output delta once, then commits it; end mode's last batch
         # writes last into the run's deltas. No write follows, so the unchanged rows need
         # no file (it only lets a later write into the delta refuse another state of them).
-        last = self.t.commit_mode == "batch" or last_batch
+        last = self.t.commit_mode == CommitMode.batch or last_batch
         if not self._replacing(table):
             return self._write_with_previous_rows(hot, table, new, keys, shuffled, refusal, last)
         # A batch of keys held by the driver writes about as many rows: a plan hint

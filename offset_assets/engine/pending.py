@@ -20,13 +20,14 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
 from offset_assets.engine.changed_keys import IndexRequest, RunSnapshot, snapshot_commit_ts
-from offset_assets.engine.result import RunMode, RunResult
-from offset_assets.engine.transformation import ChangeDetection, meta_table_name
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.transformation import meta_table_name
+from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, RunMode
 from offset_assets.errors import OffsetAssetsError
 
 
 def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnapshot,
-                  offsets: Mapping[str, float], change_detection: ChangeDetection | str, reprocess_ts: float | None,
+                  offsets: Mapping[str, float], change_detection: ChangeDetectionLike, reprocess_ts: float | None,
                   listed_failures: Sequence[int], use_settled: bool = True,
                   meta_deltas: Sequence[DeltaInfo] | None = None) -> IndexRequest:
     """What the control plane tells the changed index (offsets, settled deltas, listed
@@ -63,7 +64,7 @@ def index_request(plane: ControlPlane, transformation_id: str, snapshot: RunSnap
 
 
 def current_request(plane: ControlPlane, transformation_id: str, input_names: Sequence[str],
-                    change_detection: ChangeDetection | str) -> IndexRequest:
+                    change_detection: ChangeDetectionLike) -> IndexRequest:
     """The request a full run started now would build (read-only)."""
     deltas, clock = DeltaCatalog(plane).snapshot_state(list(input_names))
     return index_request(plane, transformation_id, RunSnapshot(deltas, clock),
@@ -73,7 +74,7 @@ def current_request(plane: ControlPlane, transformation_id: str, input_names: Se
 
 
 def idle_result(plane: ControlPlane, transformation_id: str, input_names: Sequence[str],
-                output_names: Sequence[str], run_id: str, commit_mode: str = "end") -> RunResult | None:
+                output_names: Sequence[str], run_id: str, commit_mode: CommitMode = CommitMode.end) -> RunResult | None:
     """The result of a full v2 run started now, when the control plane alone shows it has
     nothing to do (no input delta beyond its offset and unsettled, no listed failure, no
     pending reprocess request); None when there is work. No Spark, no lease, nothing

@@ -7,26 +7,9 @@ run without reading the control plane or the tables again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Literal
 
 from offset_assets.engine.profile import RunProfile
-from offset_assets.engine.transformation import ChangeDetection
-
-
-class RunMode(StrEnum):
-    """What kind of run it was: `incremental` (what changed since the offsets),
-    `reprocess` (every key: a backfill, or a run working on a pending reprocess
-    request) or `changelist` (given keys; offsets untouched)."""
-
-    incremental = "incremental"
-    reprocess = "reprocess"
-    changelist = "changelist"
-
-
-# How a run's keys were found: by a change detection, given (`explicit`, a changelist),
-# or all of them (`reprocess_all`, a backfill).
-KeySource = ChangeDetection | Literal["explicit", "reprocess_all"]
+from offset_assets.engine.vocabulary import ChangeDetection, CommitMode, RunMode
 
 
 @dataclass
@@ -40,9 +23,10 @@ class RunResult:
 
     transformation_id: str
     run_id: str
+    # What the run did: `reprocess` too for a full run that worked on a pending request.
     mode: RunMode
-    change_detection: KeySource
-    commit_mode: str  # "end" | "batch"
+    change_detection: ChangeDetection
+    commit_mode: CommitMode
     # The commit clock when the run took its snapshot: every input commit at or before it
     # is read, none after. A commit time, not the run's wall clock (see started_at).
     process_ts: float
@@ -62,6 +46,8 @@ class RunResult:
     # (`offset-assets reprocess`, `IncrementalEngine.request_reprocess`); None when the
     # run worked on none (a backfill resets by itself and names no request).
     reprocess_requested_at: float | None = None
+    # What the run was asked (`RunRequest.mode`): a backfill asks a reprocess.
+    requested: RunMode = RunMode.incremental
     changed_keys: int = 0
     processed_keys: int = 0
     failed_keys: int = 0
@@ -72,6 +58,9 @@ class RunResult:
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_written: dict[str, int] = field(default_factory=dict)
     rows_deleted: dict[str, int] = field(default_factory=dict)
+    # Per output, its actual rows once the run ended: as of the output's last commit, the
+    # run's own included (from the delta catalog's counts; an unknown count left out).
+    output_rows: dict[str, int] = field(default_factory=dict)
     deltas: dict[str, list[int]] = field(default_factory=dict)
     batches: int = 0
     batches_failed: int = 0
@@ -87,6 +76,14 @@ class RunResult:
     def succeeded(self) -> bool:
         """No batch failed (a failed batch of deletions only counts no failed key)."""
         return self.batches_failed == 0
+
+    @property
+    def key_source(self) -> str:
+        """How the run's keys were found: its change detection, `explicit` (a changelist)
+        or `reprocess_all` (every key: a requested reprocess)."""
+        if self.requested == RunMode.changelist:
+            return "explicit"
+        return "reprocess_all" if self.requested == RunMode.reprocess else str(self.change_detection)
 
     @property
     def spark_jobs(self) -> int | None:
@@ -133,7 +130,7 @@ class RunResult:
         status = "ok" if self.succeeded else (f"{self.failed_keys} key(s) FAILED"
                                                f" ({self.deletions_waiting} deletion(s) waiting)")
         return (
-            f"{self.transformation_id} [{self.mode}/{self.change_detection}, commit={self.commit_mode}] "
+            f"{self.transformation_id} [{self.mode}/{self.key_source}, commit={self.commit_mode}] "
             f"changed={self.changed_keys} processed={self.processed_keys} {status}; "
             f"read={self.rows_read} written={self.rows_written} deleted={self.rows_deleted}; "
             f"offsets {self.offsets_before} -> {self.offsets_after}; "

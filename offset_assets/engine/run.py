@@ -1,7 +1,7 @@
 """One run of one transformation, from lease to commit: the protocol that `run_full`,
 `run_changelist` and the Dagster IO manager all drive.
 
-    with engine.open_run(t) as run:
+    with engine.open_run(t, request) as run:
         for batch in run.batches:
             run.process_batch(batch, t.func)      # or input_frames + apply_outputs
         result = run.finish()
@@ -44,9 +44,10 @@ from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
 from offset_assets.engine.profile import Profiler
-from offset_assets.engine.result import RunMode, RunResult
+from offset_assets.engine.result import RunResult
 from offset_assets.engine.state import RunEngine, RunState
-from offset_assets.engine.transformation import ChangeDetection, Transformation, change_detection_of
+from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.vocabulary import CommitMode, RunMode, RunRequest, change_detection_of
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.evaluation import small_run_settings
 from offset_assets.versioned.hot_delta import HotDelta
@@ -60,17 +61,16 @@ class TransformationRun:
     """One run of one transformation (see the module docstring for the protocol)."""
 
     def __init__(self, engine: RunEngine, transformation: Transformation, run_id: str,
-                 explicit_keys: KeysLike | None, change_detection: ChangeDetection | str,
-                 reprocess_all: bool = False) -> None:
+                 request: RunRequest) -> None:
         self.engine = engine
         self.t = transformation
         self.run_id = run_id
         self.lease_holder = make_holder(run_id)
         # Hot deltas name the transformation too, so a later run can recognise its own leftovers.
         self.holder = f"{transformation.transformation_id}:{self.lease_holder}"
-        self._explicit_keys = explicit_keys
-        self.change_detection = change_detection_of(change_detection, transformation.transformation_id)
-        self.reprocess_all = reprocess_all
+        self.request = request
+        self.change_detection = change_detection_of(request.change_detection or transformation.change_detection,
+                                                    transformation.transformation_id)
         self._reads = RunReads(engine.pushdown_limit, engine.driver_keys_limit)
         self._keeper = LeaseKeeper(engine.leases, transformation.transformation_id, self.lease_holder,
                                    engine.lease_ttl_s)
@@ -129,7 +129,7 @@ class TransformationRun:
             self._session_settings.enter_context(small_run_settings(
                 self.spark, self.state.versions_stored.values(), self.engine.small_run_rows_limit))
         with self._profiler.phase("changed_index"):
-            selected = select_keys(self.t, self.meta, self.state.request, self.state.by_input, self._explicit_keys,
+            selected = select_keys(self.t, self.meta, self.state.request, self.state.by_input, self.request.keys,
                                    self.engine.pushdown_limit, self.engine.driver_keys_limit)
         self._keys = selected.keys
         self._loader = InputLoader(self.t, self.state.snapshot.deltas, selected.deltas_read,
@@ -146,14 +146,12 @@ class TransformationRun:
         self.meta = meta_table(self.spark, self.engine.plane, t)
         # We hold the lease: a hot delta an earlier run of t left belongs to a crashed run.
         discard_crashed_hot_deltas([*t.outputs, self.meta], t.transformation_id)
-        self.state = state = RunState.read(self.engine, t, self.is_full, self.change_detection,
-                                           self.reprocess_all)
+        self.state = state = RunState.read(self.engine, t, self.request.mode, self.change_detection)
         self.result = RunResult(
             transformation_id=t.transformation_id,
             run_id=self.run_id,
             mode=self._mode(state),
-            change_detection=("explicit" if not self.is_full else
-                              "reprocess_all" if self.reprocess_all else self.change_detection),
+            change_detection=self.change_detection,
             commit_mode=t.commit_mode,
             process_ts=state.snapshot.process_ts,
             snapshot_deltas=dict(state.snapshot.deltas),
@@ -164,14 +162,26 @@ class TransformationRun:
         self.result.offsets_reset_at = state.offsets_reset_at
         self.result.input_commit_ts = dict(state.snapshot_commit_ts)
         self.result.reprocess_requested_at = state.requested_at
+        self.result.requested = self.request.mode
+        for name, rows in state.output_rows.items():
+            self._count_rows(name, rows)
         self._writer = OutputWriter(t, self.holder, self.run_id, self._reads, self.meta, self.result)
 
     def _mode(self, state: RunState) -> RunMode:
         """A full run fulfilling a reprocess (a backfill's, or a pending request it works
-        on) reprocesses; any other full run is incremental."""
-        if not self.is_full:
+        on) reprocesses; a rescan asked rescans; any other full run is incremental."""
+        if not state.full:
             return RunMode.changelist
-        return RunMode.reprocess if state.request_ts is not None else RunMode.incremental
+        if state.request_ts is not None:
+            return RunMode.reprocess
+        return RunMode.rescan if state.requested == RunMode.rescan else RunMode.incremental
+
+    def _count_rows(self, output: str, actual_rows: int | None) -> None:
+        """The output's actual rows now, as the catalog counted them at its last commit."""
+        if actual_rows is None:
+            self.result.output_rows.pop(output, None)
+        else:
+            self.result.output_rows[output] = actual_rows
 
     @property
     def spark(self) -> SparkSession:
@@ -184,10 +194,6 @@ class TransformationRun:
     @property
     def transform_keys(self) -> list[str]:
         return list(self.t.transform_keys)
-
-    @property
-    def is_full(self) -> bool:
-        return self._explicit_keys is None
 
     # -- batches ----------------------------------------------------------------------
 
@@ -250,7 +256,7 @@ class TransformationRun:
             self.record_failure(batch, exc)
             return False
         self.result.processed_keys += self.batch_sizes[batch]
-        if self.t.commit_mode == "batch":
+        if self.t.commit_mode == CommitMode.batch:
             self._commit(list(hots.values()), [self._pending(batch, None)], batch)
         else:
             self._meta_pending.append(self._pending(batch, None))
@@ -276,7 +282,7 @@ class TransformationRun:
         self.result.deletions_waiting += deletions
         self.result.batches_failed += 1
         self.result.errors.append(f"batch {batch}: {text[:1000]}")
-        if self.t.commit_mode == "batch":
+        if self.t.commit_mode == CommitMode.batch:
             self._commit([], [self._pending(batch, text)], batch)
         else:
             self._meta_pending.append(self._pending(batch, text))
@@ -294,6 +300,8 @@ class TransformationRun:
         self._first_commit_done = True
         for hot in committed:
             self.result.add_delta(hot.table.name, hot.delta_num)
+            if hot.table.name != self.meta.name:
+                self._count_rows(hot.table.name, hot.info.actual_rows)
         self.result.offsets_after = {**self.result.offsets_after, **plan.offsets}
 
     def finish(self) -> RunResult:
@@ -301,7 +309,7 @@ class TransformationRun:
         mode the bookkeeping of a complete run (its batches are committed already)."""
         if self._finished:
             raise TransformationOutputError(f"run {self.run_id} of {self.t.transformation_id!r} already finished")
-        if self.t.commit_mode == "end":
+        if self.t.commit_mode == CommitMode.end:
             self._commit(list(self._writer.hots.values()), self._meta_pending, None, final=True)
         else:
             self._commit([], [], None, final=True)

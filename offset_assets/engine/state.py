@@ -31,7 +31,8 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine.changed_keys import IndexRequest, RunSnapshot, snapshot_commit_ts
 from offset_assets.engine.pending import index_request
-from offset_assets.engine.transformation import ChangeDetection, Transformation
+from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.vocabulary import ChangeDetection, RunMode
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ class RunEngine(Protocol):
 class RunState:
     """What a run works from, read from the control plane at its start.
 
-    `offsets_before`: the offsets the run reads from (none for a backfill, whose first
+    `requested`: the mode the run was asked for (`RunRequest.mode`); `offsets_before`:
+    the offsets the run reads from (none for a reprocess, whose first
     commit deletes them); `offsets_reset`: what a full run reports as reset, the offsets
     a backfill deletes and those reset between runs (`OffsetResets`, reset at
     `offsets_reset_at`), which its final commit stops recording; `request_ts`: the clock value R of the reprocess the
@@ -64,11 +66,11 @@ class RunState:
     full run. `snapshot_commit_ts`: the commit_ts of each input's snapshot delta, what a
     full run's offsets move to and what every run's offset lag is measured against.
     `versions_stored`: the versions each table the run reads (inputs, outputs, meta) has
-    stored, from the catalog's counts (`evaluation.py`)."""
+    stored, from the catalog's counts (`evaluation.py`); `output_rows`: each output's
+    actual rows as of its last commit (None: unknown), what the run's commits add to."""
 
     transformation_id: str
-    full: bool
-    reprocess_all: bool
+    requested: RunMode
     snapshot: RunSnapshot
     offsets_before: Mapping[str, float]
     offsets_reset: Mapping[str, float] = field(default_factory=dict)
@@ -80,27 +82,48 @@ class RunState:
     by_input: Mapping[str, list[DeltaInfo]] = field(default_factory=dict)
     snapshot_commit_ts: Mapping[str, float] = field(default_factory=dict)
     versions_stored: Mapping[str, int | None] = field(default_factory=dict)
+    output_rows: Mapping[str, int | None] = field(default_factory=dict)
+
+    @property
+    def full(self) -> bool:
+        """A run over the changed keys (incremental, reprocess, rescan), not a changelist."""
+        return self.requested != RunMode.changelist
+
+    @property
+    def reprocesses(self) -> bool:
+        """The run was asked to reprocess every key (a backfill)."""
+        return self.requested == RunMode.reprocess
+
+    @property
+    def resets_offsets(self) -> bool:
+        """The run was asked to read every input from the start: its first commit resets
+        the offsets (a reprocess, a rescan)."""
+        return self.requested in (RunMode.reprocess, RunMode.rescan)
 
     @classmethod
-    def read(cls, engine: RunEngine, t: Transformation, full: bool, change_detection: ChangeDetection,
-             reprocess_all: bool = False) -> RunState:
-        """The state of a run of `t` starting now (the caller holds its lease)."""
+    def read(cls, engine: RunEngine, t: Transformation, requested: RunMode,
+             change_detection: ChangeDetection) -> RunState:
+        """The state of a run of `t` asked `requested`, starting now (the caller holds its lease)."""
+        full, reprocess = requested != RunMode.changelist, requested == RunMode.reprocess
+        resets = requested in (RunMode.reprocess, RunMode.rescan)
         tid, catalog = t.transformation_id, engine.catalog
         input_names = [inp.name for inp in t.inputs]
         deltas, clock = catalog.snapshot_state(input_names)
         snapshot = RunSnapshot(deltas, clock)
         offsets = engine.offsets.get_offsets_for_transformation(tid)
         stored = catalog.versions_stored([*input_names, *(out.name for out in t.outputs), t.meta_table_name])
+        output_rows = catalog.actual_rows([out.name for out in t.outputs])
         offsets_reset: dict[str, float] = {}
         request_ts: float | None = None
         requested_at: float | None = None
-        if reprocess_all:
-            # The reset is written in the run's first commit: a backfill that fails before
-            # it leaves the offsets as they were.
+        if resets:
+            # The reset is written in the run's first commit: a backfill (or a rescan) that
+            # fails before it leaves the offsets as they were.
             offsets_reset = dict(offsets)
-            log.warning("reprocess_all: %s processes every key; offsets %s are reset at commit",
-                        tid, offsets_reset)
+            log.warning("%s: %s reads every input from the start; offsets %s are reset at commit",
+                        requested, tid, offsets_reset)
             offsets = {}
+        if reprocess:
             # R = this run's process_ts: every earlier process_ts is smaller, so it covers
             # whatever a pending request covers and more.
             request_ts = clock
@@ -117,20 +140,22 @@ class RunState:
             offsets_reset = {**offsets_reset, **recorded.offsets}
             offsets_reset_at = recorded.reset_at
         if not full:
-            return cls(tid, full=False, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
+            return cls(tid, requested, snapshot=snapshot, offsets_before=offsets,
                        offsets_reset=offsets_reset, request_ts=request_ts,
-                       snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, {}), versions_stored=stored)
+                       snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, {}), versions_stored=stored,
+                       output_rows=output_rows)
         listed = FailedDeltas(engine.plane).listed(tid)
-        use_offsets = change_detection == "v2"
+        use_offsets = change_detection == ChangeDetection.v2
         # The meta's delta listing, when the changed index needs it (listed failures, a
         # reprocess's bound, v1's meta bound): read here once for all of them.
         needs_meta_deltas = (use_offsets and bool(listed)) or request_ts is not None or not use_offsets
         meta_deltas = catalog.committed(t.meta_table_name) if needs_meta_deltas else None
         request = index_request(engine.plane, tid, snapshot, offsets, change_detection, request_ts, listed,
-                                use_settled=not reprocess_all, meta_deltas=meta_deltas)
+                                use_settled=not resets, meta_deltas=meta_deltas)
         by_input = request.deltas_by_name(catalog, input_names)
-        return cls(tid, full=True, reprocess_all=reprocess_all, snapshot=snapshot, offsets_before=offsets,
+        return cls(tid, requested, snapshot=snapshot, offsets_before=offsets,
                    offsets_reset=offsets_reset, offsets_reset_at=offsets_reset_at, request_ts=request_ts,
                    requested_at=requested_at,
                    listed_failures=listed, request=request, by_input=by_input,
-                   snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input), versions_stored=stored)
+                   snapshot_commit_ts=snapshot_commit_ts(catalog, snapshot, by_input), versions_stored=stored,
+                   output_rows=output_rows)

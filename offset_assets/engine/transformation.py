@@ -5,35 +5,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Literal
 
 from pyspark.sql import DataFrame
 
 from offset_assets.engine.errors import TransformationDefinitionError
+from offset_assets.engine.vocabulary import (
+    ChangeDetection,
+    ChangeDetectionLike,
+    CommitMode,
+    CommitModeLike,
+    change_detection_of,
+    commit_mode_of,
+)
 from offset_assets.versioned.table import VersionedTable
 
 TransformFunction = Callable[..., "DataFrame | Mapping[str, DataFrame]"]
-CommitMode = Literal["end", "batch"]
-
-
-class ChangeDetection(StrEnum):
-    """How a run finds its changed keys: `v2` by offsets (the default), `v1` by full
-    comparison (to verify v2 and measure against it). A str: `"v1"` is accepted wherever
-    a ChangeDetection is, and compares equal to `ChangeDetection.v1`."""
-
-    v2 = "v2"
-    v1 = "v1"
-
-
-def change_detection_of(value: object, transformation_id: str) -> ChangeDetection:
-    """`value` ("v1", "v2" or the enum) as a ChangeDetection; anything else is refused,
-    naming the transformation."""
-    if value not in tuple(ChangeDetection):  # a tuple: membership without hashing odd values
-        raise TransformationDefinitionError(
-            f"transformation {transformation_id!r}: change_detection {value!r} is not 'v1' or 'v2'"
-        )
-    return ChangeDetection(value)
 
 
 _ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
@@ -76,8 +62,8 @@ class Transformation:
     outputs: Sequence[VersionedTable]
     func: TransformFunction
     batch_size: int | None = None
-    commit_mode: CommitMode = "end"
-    change_detection: ChangeDetection | str = ChangeDetection.v2
+    commit_mode: CommitModeLike = CommitMode.end
+    change_detection: ChangeDetectionLike = ChangeDetection.v2
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -96,11 +82,8 @@ class Transformation:
             raise TransformationDefinitionError(f"transformation {tid!r} declares no transform keys")
         if not self.outputs:
             raise TransformationDefinitionError(f"transformation {tid!r} declares no outputs")
-        if self.commit_mode not in ("end", "batch"):
-            raise TransformationDefinitionError(
-                f"transformation {tid!r}: commit_mode {self.commit_mode!r} is not 'end' or 'batch'"
-            )
-        # Frozen: the string a caller gave becomes the enum once, here.
+        # Frozen: the strings a caller gave become the enums once, here.
+        object.__setattr__(self, "commit_mode", commit_mode_of(self.commit_mode, tid))
         object.__setattr__(self, "change_detection", change_detection_of(self.change_detection, tid))
         if self.batch_size is not None and self.batch_size < 1:
             raise TransformationDefinitionError(

@@ -1,0 +1,117 @@
+"""The words a user, the engine and the Dagster adapter share, each defined here once:
+how a run finds its changed keys (`ChangeDetection`), when it commits (`CommitMode`),
+and what a run is asked to do (`RunRequest`, of a `RunMode`).
+
+In the engine layer, free of Spark and Dagster, so that every layer above imports it;
+`offset_assets` and `offset_assets.dagster_adapter` re-export the names users write.
+The user-facing strings stay inputs: each enum is a `str` ("v2", "end", ...), and the
+`...Like` aliases name the strings a signature accepts besides the enum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from offset_assets.engine.errors import TransformationDefinitionError
+
+if TYPE_CHECKING:  # a changelist may be a DataFrame; this module imports no Spark
+    from pyspark.sql import DataFrame
+
+
+class ChangeDetection(StrEnum):
+    """How a run finds its changed keys: `v2` by offsets (the default), `v1` by full
+    comparison (to verify v2 and measure against it). A str: `"v1"` is accepted wherever
+    a ChangeDetection is, and compares equal to `ChangeDetection.v1`."""
+
+    v2 = "v2"
+    v1 = "v1"
+
+
+class CommitMode(StrEnum):
+    """When a run commits: `end` (everything in one transaction when the run finishes;
+    the default) or `batch` (each batch its outputs, meta and offsets, so a crash resumes
+    at the batch it stopped in)."""
+
+    end = "end"
+    batch = "batch"
+
+
+ChangeDetectionLike = ChangeDetection | Literal["v2", "v1"]
+CommitModeLike = CommitMode | Literal["end", "batch"]
+
+
+def change_detection_of(value: object, transformation_id: str) -> ChangeDetection:
+    """`value` ("v1", "v2" or the enum) as a ChangeDetection; anything else is refused,
+    naming the transformation."""
+    return _member(ChangeDetection, value, "change_detection", transformation_id)
+
+
+def commit_mode_of(value: object, transformation_id: str) -> CommitMode:
+    """`value` ("end", "batch" or the enum) as a CommitMode; anything else is refused,
+    naming the transformation."""
+    return _member(CommitMode, value, "commit_mode", transformation_id)
+
+
+def _member(enum: type[StrEnum], value: object, option: str, transformation_id: str) -> Any:
+    if value not in tuple(enum):  # a tuple: membership without hashing odd values
+        allowed = " or ".join(repr(member.value) for member in enum)
+        raise TransformationDefinitionError(
+            f"transformation {transformation_id!r}: {option} {value!r} is not {allowed}"
+        )
+    return enum(value)
+
+
+class RunMode(StrEnum):
+    """What a run is asked to do, and what it did: `incremental` (what changed since the
+    offsets), `reprocess` (every key: a backfill asks it; a full run working on a pending
+    reprocess request reports it), `rescan` (every input's whole history read again,
+    offsets reset at its first commit: what the offsets may have skipped; keys whose meta
+    is newer than their versions stay as they are) or `changelist` (given keys; offsets
+    untouched). A run with nothing to do is not a mode: it is an incremental run's
+    result with no key."""
+
+    incremental = "incremental"
+    reprocess = "reprocess"
+    rescan = "rescan"
+    changelist = "changelist"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What one run of a transformation is asked to do: its `mode`; for a full run, the
+    `change_detection` (None: the transformation's own); for a changelist, its
+    `keys` (transform-key values, rows or a DataFrame). A reprocess resets the offsets
+    in its first commit and supersedes the meta: every key is processed again; a rescan
+    resets the offsets the same way and keeps the meta."""
+
+    mode: RunMode = RunMode.incremental
+    change_detection: ChangeDetection | None = None
+    keys: DataFrame | Sequence[Mapping[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", RunMode(self.mode))
+        if self.change_detection is not None:
+            object.__setattr__(self, "change_detection", ChangeDetection(self.change_detection))
+        if self.mode == RunMode.changelist and self.keys is None:
+            raise ValueError("a changelist run request needs its keys")
+        if self.mode != RunMode.changelist and self.keys is not None:
+            raise ValueError(f"a {self.mode} run request takes no keys: only a changelist does")
+
+    @classmethod
+    def incremental(cls, change_detection: ChangeDetectionLike | None = None) -> RunRequest:
+        return cls(RunMode.incremental, change_detection=change_detection)
+
+    @classmethod
+    def reprocess(cls, change_detection: ChangeDetectionLike | None = None) -> RunRequest:
+        return cls(RunMode.reprocess, change_detection=change_detection)
+
+    @classmethod
+    def rescan(cls, change_detection: ChangeDetectionLike | None = None) -> RunRequest:
+        return cls(RunMode.rescan, change_detection=change_detection)
+
+    @classmethod
+    def changelist(cls, keys: DataFrame | Sequence[Mapping[str, Any]]) -> RunRequest:
+        return cls(RunMode.changelist, keys=keys)
