@@ -32,7 +32,7 @@ _EXPORTS = {
     "IncrementalEngine": "offset_assets.engine.incremental_engine",
     "RunResult": "offset_assets.engine.result",
     "RunMode": "offset_assets.engine.result",
-    "RunProfile": "offset_assets.engine.profile",
+    "RunProfile": "offset_assets.run_profile",
     "ChangeDetection": "offset_assets.engine.transformation",
     # layer 4
     **JOB_EXPORTS,

@@ -15,7 +15,7 @@ started by other Python threads are not counted; jobs Spark SQL starts on its ow
 threads for a query (broadcasts, subqueries) inherit the tag and are.
 
 `spark_context` and `jobs_by_tag` are the same two steps for a caller that tags jobs
-itself (a run's profile, `engine/profile.py`): tag, then one status-store read at the end.
+itself (a run's profile, `run_profile.py`): tag, then one status-store read at the end.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ _EXPORTS = {
     "TransformInput": "offset_assets.engine.transformation",
     "RunResult": "offset_assets.engine.result",
     "RunMode": "offset_assets.engine.result",
-    "RunProfile": "offset_assets.engine.profile",
+    "RunProfile": "offset_assets.run_profile",
     "ChangeDetection": "offset_assets.engine.transformation",
 }
 

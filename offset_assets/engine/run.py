@@ -44,10 +44,10 @@ from offset_assets.engine.keys import DistributedKeys, KeysLike, LocalKeys, sele
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
-from offset_assets.engine.profile import Profiler
 from offset_assets.engine.result import RunMode, RunResult
 from offset_assets.engine.state import RunEngine, RunState
 from offset_assets.engine.transformation import ChangeDetection, Transformation, change_detection_of
+from offset_assets.run_profile import Profiler
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.evaluation import small_run_settings
 from offset_assets.versioned.hot_delta import HotDelta

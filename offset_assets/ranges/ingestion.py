@@ -58,7 +58,6 @@ from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord, check_job_names
-from offset_assets.engine.profile import Profiler, RunProfile
 from offset_assets.ranges.claims import ClaimPolicy, Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, MalformedValueError, PlanningError, SeveralStatesError
 from offset_assets.ranges.planners import (
@@ -74,6 +73,7 @@ from offset_assets.ranges.planners import (
     recorded_end,
 )
 from offset_assets.ranges.sources import MALFORMED, RangeSource, SourceBatch
+from offset_assets.run_profile import Profiler, RunProfile
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.errors import ConflictingStatesError, UnorderedStatesError
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
