@@ -22,24 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from bench.timing import timed
 
 OUT = Path(__file__).parent / "out" / "reading.json"
 
-
-def timed(action: Callable[[], object], repeat: int) -> dict:
-    seconds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        seconds.append(time.perf_counter() - start)
-    return {"median_s": round(statistics.median(seconds), 3), "min_s": round(min(seconds), 3)}
 
 
 def child(kind: str, db_url: str, target: str, repeat: int) -> None:

@@ -18,13 +18,13 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from bench.timing import timed
 from offset_assets.control_plane import connect
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned import VersionedTable
@@ -67,14 +67,6 @@ def delta_rows(spark: SparkSession, delta: int, inserts: int, updates: int, dele
         result = result.unionByName(frame)
     return result
 
-
-def timed(action: Callable[[], object], repeat: int) -> dict:
-    seconds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        seconds.append(time.perf_counter() - start)
-    return {"median_s": round(statistics.median(seconds), 3), "min_s": round(min(seconds), 3)}
 
 
 def materialise(df: DataFrame) -> None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
+from pyspark.errors import AnalysisException
 
 from offset_assets.cli import main
 from offset_assets.config import default_db_url
@@ -98,6 +101,16 @@ def test_sql_errors_are_one_line_without_a_trace(spark, demo):
     assert unresolved.stderr.startswith("error: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function "
                                         "parameter with name `no_such_column` cannot be resolved.")
     assert unresolved.stderr.count("\n") == 1
+
+
+def test_a_query_error_after_the_cli_quieted_pysparks_loggers_is_still_sparks_error(spark, demo, monkeypatch):
+    # As in a fresh process: PySpark has not made its query-context loggers yet.
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        monkeypatch.delitem(logging.Logger.manager.loggerDict, name, raising=False)
+
+    assert invoke("sql", "SELECT no_such_column FROM posts").exit_code == 1
+    with pytest.raises(AnalysisException, match="UNRESOLVED_COLUMN"):
+        spark.range(1).select("no_such_column").collect()
 
 
 def test_show_and_a_refused_clause_need_no_java_from_a_shell(demo, tmp_path):

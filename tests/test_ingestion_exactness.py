@@ -6,8 +6,8 @@ send keyed messages to a topic of one or two partitions and ingest a range after
 send: several messages of one key in a range (the last by offset wins), a key's messages
 spread over both partitions (refused while offsets alone order them; the history then
 declares a value column, `seq`, that orders them everywhere), tombstones (a key and no
-value: the key is deleted), NULL event ids (a key of their own), and values that do not fit `value_schema` (a string for a
-double or a bigint, a value that is not JSON, a tombstone whose key is no event id, a
+value: the key is deleted), NULL event ids (a key of their own), and values that do not
+fit `value_schema` (a string for a double or a bigint, a value that is not JSON, a tombstone whose key is no event id, a
 message with neither key nor value). A history's job fails on malformed records or
 quarantines them; a failed range is retried with the option its error names
 (`on_malformed="quarantine"`, `order_by`), without new messages. Some jobs shape the rows

@@ -16,7 +16,6 @@ import csv
 import datetime
 import decimal
 import json
-import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,7 +124,11 @@ def _spark_rows(frame_of: Any, plane: Any, limit: int) -> pa.Table:
 def _quiet_query_context_loggers() -> Iterator[None]:
     """PySpark logs a failed query's error to stderr as a JSON line before raising it;
     the command prints it once, as its error."""
-    loggers = [logging.getLogger(name) for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
+    # PySparkLogger's own getLogger: a logger made by logging.getLogger first would be a plain
+    # Logger, and PySpark's later calls with its extra fields (file=, line=) would fail on it.
+    from pyspark.logger import PySparkLogger
+
+    loggers = [PySparkLogger.getLogger(name) for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
     before = [logger.disabled for logger in loggers]
     for logger in loggers:
         logger.disabled = True
