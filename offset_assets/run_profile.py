@@ -112,7 +112,7 @@ def jvm_pid(sc: SparkContext) -> int | None:
     """The process ID of the driver JVM when this process launched it (PySpark's gateway,
     as in every classic session started from Python) and `/proc` shows its counters
     (Linux); else None: a JVM attached to from elsewhere is not read."""
-    pid = spark_internals.driver_jvm_pid(sc)
+    pid = spark_internals.driver_driver_pid(sc)
     stat = None if pid is None else _proc_stat(pid)
     return pid if stat is not None and int(stat[1]) == os.getpid() else None
 
@@ -228,8 +228,8 @@ class Profiler:
     _stack: list[str] = field(default_factory=list)
     _since: float = 0.0
     _tagging: bool = False
-    _jvm_pid: int | None = None
-    _jvm_at_start: DriverJvmTime | None = None
+    _driver_pid: int | None = None
+    _driver_at_start: DriverJvmTime | None = None
 
     @classmethod
     def start(cls, spark: SparkSession) -> Profiler:
@@ -238,8 +238,8 @@ class Profiler:
         if profiler.sc is not None:
             profiler.sc.addJobTag(profiler.run_tag)
             profiler._tagging = True
-            profiler._jvm_pid = jvm_pid(profiler.sc)
-            profiler._jvm_at_start = DriverJvmTime.read(profiler.sc, profiler._jvm_pid)
+            profiler._driver_pid = jvm_pid(profiler.sc)
+            profiler._driver_at_start = DriverJvmTime.read(profiler.sc, profiler._driver_pid)
         return profiler
 
     @contextmanager
@@ -280,8 +280,8 @@ class Profiler:
             return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
                               jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)
         reading = time.monotonic()
-        at_end = None if self._jvm_at_start is None else DriverJvmTime.read(self.sc, self._jvm_pid)
-        driver_jvm = None if at_end is None else at_end.since(self._jvm_at_start)
+        at_end = None if self._driver_at_start is None else DriverJvmTime.read(self.sc, self._driver_pid)
+        driver_jvm = None if at_end is None else at_end.since(self._driver_at_start)
         try:
             jobs = self._jobs(list(self.seconds))
         except SparkJobCountError as exc:

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 from offset_assets.ranges.errors import PlanningError, RangeOrderError
 
 TIME_FORMAT = "%Y%m%d%H%M%S"
-SUCCESS, FAILURE, RUNNING = "SUCCESS", "FAILURE", "RUNNING"
+SUCCESS = "SUCCESS"
 # A first load of 100M rows becomes 100 ranges: each fits one driver and one commit.
 DEFAULT_MAX_RANGE_SIZE = 1_000_000
 # A 3-year catch-up of hourly windows is 26,000 ranges: planned 1,000 at a time, so a
@@ -101,10 +101,6 @@ class DataRange:
     refresh: bool = False
     max_size: int | None = None
     backlog: Backlog | None = field(default=None, compare=False)
-
-    @property
-    def is_retry(self) -> bool:
-        return self.previous_status in (FAILURE, RUNNING)
 
 
 @dataclass(frozen=True)
