@@ -112,7 +112,7 @@ def jvm_pid(sc: SparkContext) -> int | None:
     """The process ID of the driver JVM when this process launched it (PySpark's gateway,
     as in every classic session started from Python) and `/proc` shows its counters
     (Linux); else None: a JVM attached to from elsewhere is not read."""
-    pid = spark_internals.driver_driver_pid(sc)
+    pid = spark_internals.driver_jvm_pid(sc)
     stat = None if pid is None else _proc_stat(pid)
     return pid if stat is not None and int(stat[1]) == os.getpid() else None
 
