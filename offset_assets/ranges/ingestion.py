@@ -72,7 +72,7 @@ from offset_assets.ranges.planners import (
     parse_time,
     recorded_end,
 )
-from offset_assets.ranges.sources import MALFORMED, RangeSource, SourceBatch
+from offset_assets.ranges.sources.batch import MALFORMED, RangeSource, SourceBatch
 from offset_assets.run_profile import Profiler, RunProfile
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.errors import ConflictingStatesError, UnorderedStatesError
