@@ -1,7 +1,7 @@
 """Layer 4: log-driven ingestion. Data ranges are planned from job_log
-(`planners.py`, pure), claimed atomically (`claims.py`), read from a source
+(`planners/`, pure), claimed atomically (`claims.py`), read from a source
 (`sources/`: SQL, Kafka, folders) and committed into a versioned table together with their
-job_log SUCCESS (`ingestion.py`). Names are resolved lazily: planning needs no Spark."""
+job_log SUCCESS (`ingestion/`). Names are resolved lazily: planning needs no Spark."""
 
 from __future__ import annotations
 
