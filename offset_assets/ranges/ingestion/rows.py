@@ -38,7 +38,8 @@ def read_batch(spark: SparkSession, job: IngestionJob, data_range: DataRange) ->
     if job.on_malformed == OnMalformed.QUARANTINE and batch.malformed is None:
         if batch.read_marked is None:
             raise IngestionError(f"job {job.name!r}: a {job.source.source_type} source cannot set "
-                                 "malformed records aside; on_malformed='quarantine' needs a SQL or Kafka source")
+                                 "malformed records aside; on_malformed='quarantine' needs a SQL, Kafka or "
+                                 "CSV/JSON folder source")
         batch = batch.read_marked()
     return batch
 
