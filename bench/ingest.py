@@ -38,7 +38,7 @@ from offset_assets.control_plane import connect
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
-from offset_assets.ranges.sql_slices import slice_count
+from offset_assets.ranges.sources.sql_read import slice_count
 from offset_assets.spark import get_spark_session
 from offset_assets.spark_jobs import count_spark_jobs
 

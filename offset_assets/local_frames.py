@@ -34,14 +34,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from offset_assets.spark import is_connect_session
+from offset_assets.spark_internals import local_relation_rows
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-# Plan nodes that hold at most the rows of their one child.
-_CLASSIC_NARROWING = frozenset({"Project", "Filter", "SubqueryAlias", "ResolvedHint"})
-# Over Spark Connect a client-side projection may hold a generator (`explode`), which the
-# server plans as rows added: only nodes that cannot hold one pass.
-_CONNECT_NARROWING = frozenset({"Filter", "SubqueryAlias", "WithColumnsRenamed", "ToSchema"})
 
 
 def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: StructType | str) -> DataFrame:
@@ -147,34 +142,7 @@ def timestamp_columns(types: Mapping[str, DataType]) -> frozenset[str]:
 
 def local_rows(df: DataFrame) -> int | None:
     """How many rows `df` holds at most, when its plan says so without a Spark job: local
-    relations, through projections, filters and unions of them; None for any other plan."""
-    if is_connect_session(df.sparkSession):
-        return _connect_rows(df._plan)
-    return _classic_rows(df._jdf.queryExecution().analyzed())
-
-
-def _classic_rows(plan: Any) -> int | None:
-    kind = plan.getClass().getSimpleName()
-    if kind == "LocalRelation":
-        return plan.data().length()
-    children = plan.children()
-    if kind in _CLASSIC_NARROWING:
-        return _classic_rows(children.apply(0))
-    if kind == "Union":
-        return _sum([_classic_rows(children.apply(i)) for i in range(children.length())])
-    return None
-
-
-def _connect_rows(plan: Any) -> int | None:
-    kind = type(plan).__name__
-    if kind == "LocalRelation":
-        return plan._table.num_rows if plan._table is not None else 0
-    if kind in _CONNECT_NARROWING:
-        return _connect_rows(plan._child)
-    if kind == "SetOperation" and plan.set_op == "union":
-        return _sum([_connect_rows(plan._child), _connect_rows(plan.other)])
-    return None
-
-
-def _sum(counts: list[int | None]) -> int | None:
-    return None if any(count is None for count in counts) else sum(counts)
+    relations, through projections, filters and unions of them; None for any other plan
+    (and where this PySpark's plan cannot be read: `spark_internals.local_relation_rows`),
+    so that the caller counts."""
+    return local_relation_rows(df)

@@ -15,20 +15,28 @@ started by other Python threads are not counted; jobs Spark SQL starts on its ow
 threads for a query (broadcasts, subqueries) inherit the tag and are.
 
 `spark_context` and `jobs_by_tag` are the same two steps for a caller that tags jobs
-itself (a run's profile, `engine/profile.py`): tag, then one status-store read at the end.
+itself (a run's profile, `run_profile.py`): tag, then one status-store read at the end.
+
+Listing jobs by tag reaches past PySpark's public API (`spark_internals.py`). Where a
+PySpark version has no such way, a counter counts the jobs of a job group of its own
+instead (PySpark's `StatusTracker`), with the same nesting: the thread's job group is
+the counter's for the block, and the one it had again after.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from py4j.protocol import Py4JJavaError
+import pyspark
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from offset_assets import spark_internals
 from offset_assets.errors import OffsetAssetsError
 
 TAG_PREFIX = "offset-assets-job-count-"
@@ -37,6 +45,9 @@ TAG_PREFIX = "offset-assets-job-count-"
 RETAINED_JOBS_CONF = "spark.ui.retainedJobs"
 DEFAULT_RETAINED_JOBS = 1000
 LISTENER_WAIT_MS = 60_000
+SETTLE_POLL_S = 0.05
+# The thread's job group, as `SparkContext.setJobGroup` sets it.
+JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
 class SparkJobCountError(OffsetAssetsError):
@@ -86,25 +97,17 @@ def spark_context(spark: SparkSession) -> SparkContext | None:
 
 def jobs_by_tag(sc: SparkContext, tags: Sequence[str]) -> dict[str, list[SparkJob]]:
     """Per tag, every job that carried it, oldest first, from the status store: no Spark
-    job, three JVM calls per tag and about ten per job (each job read once; its fields
-    one by one: writing the record as JSON in the JVM would take two, but Jackson's
-    first write of a job record costs 100-200 ms, which every Dagster run's fresh driver
-    would pay). Raises `SparkJobCountError` when the store may have forgotten some
-    (more jobs than `spark.ui.retainedJobs`)."""
-    _wait_for_listeners(sc)
-    tracker = sc._jsc.sc().statusTracker()
-    ids = {tag: _job_ids(sc, tracker, tag) for tag in tags}
-    store = sc._jsc.sc().statusStore()
-    jobs = {job_id: _tagged_job(store, job_id) for job_id in sorted({i for found in ids.values() for i in found})}
-    return {tag: [jobs[job_id] for job_id in found] for tag, found in ids.items()}
-
-
-def _tagged_job(store, job_id: int) -> SparkJob:  # noqa: ANN001 - a py4j AppStatusStore
-    try:
-        data = store.job(job_id)
-    except Py4JJavaError:  # NoSuchElementException: the store no longer keeps that job
-        return SparkJob(job_id, "", None)
-    return SparkJob(job_id, str(data.name()), _seconds(data))
+    job, a few JVM calls per tag and about ten per job (`spark_internals`). Raises
+    `SparkJobCountError` when the store may have forgotten some (more jobs than
+    `spark.ui.retainedJobs`), or where this PySpark cannot list jobs by tag."""
+    ids = _listed(sc, lambda: spark_internals.job_ids_for_tags(sc, tags))
+    if ids is None:
+        raise SparkJobCountError(f"PySpark {pyspark.__version__} gives no way to list Spark jobs by tag "
+                                 f"(checked with {', '.join(spark_internals.CHECKED_WITH)})")
+    for tag, job_ids in ids.items():
+        _check_retained(sc, tag, job_ids)
+    records = spark_internals.job_records(sc, sorted({i for found in ids.values() for i in found}))
+    return {tag: [SparkJob(job_id, *records[job_id]) for job_id in found] for tag, found in ids.items()}
 
 
 @contextmanager
@@ -120,6 +123,10 @@ def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
             f"counting Spark jobs needs a classic Spark session with a SparkContext, not {type(spark).__module__}"
         )
     counter = SparkJobCounter(f"{TAG_PREFIX}{uuid.uuid4().hex}")
+    if not spark_internals.lists_jobs_by_tag(sc):
+        with _counted_by_job_group(sc, counter):
+            yield counter
+        return
     sc.addJobTag(counter.tag)
     try:
         yield counter
@@ -128,30 +135,62 @@ def count_spark_jobs(spark: SparkSession) -> Iterator[SparkJobCounter]:
         counter.jobs = jobs_by_tag(sc, [counter.tag])[counter.tag]
 
 
-def _wait_for_listeners(sc: SparkContext) -> None:
-    # Job events reach the status store through the asynchronous listener bus: wait
-    # until it has delivered everything posted so far, or recent jobs would be missed.
-    sc._jsc.sc().listenerBus().waitUntilEmpty(LISTENER_WAIT_MS)
-
-
-def _job_ids(sc: SparkContext, tracker, tag: str) -> list[int]:  # noqa: ANN001 - a py4j SparkStatusTracker
-    # The ids as one string: reading a Java array from Python is a JVM call per element.
-    listed = str(sc._jvm.java.util.Arrays.toString(tracker.getJobIdsForTag(tag)))
-    job_ids = sorted(int(job_id) for job_id in listed.strip("[]").split(",") if job_id.strip())
-    # SparkContext.getConf copies every setting, one JVM call each: read the one needed.
-    retained = int(sc._conf.get(RETAINED_JOBS_CONF, str(DEFAULT_RETAINED_JOBS)))
+def _check_retained(sc: SparkContext, tag: str, job_ids: list[int]) -> None:
+    retained = int(spark_internals.context_setting(sc, RETAINED_JOBS_CONF, str(DEFAULT_RETAINED_JOBS)))
     if len(job_ids) >= retained:
         raise SparkJobCountError(
             f"{len(job_ids)} jobs counted under tag {tag!r}, the status store keeps only "
             f"{RETAINED_JOBS_CONF}={retained}: raise it to count a block this large"
         )
-    return job_ids
 
 
-def _seconds(data) -> float | None:  # noqa: ANN001 - a py4j JobData
-    # Each Option's get() straight away (a job without a time is rare): asking isDefined
-    # first is another JVM call per time.
+def _listed(sc: SparkContext, read: Callable[[], Mapping[str, list[int]] | None]
+            ) -> Mapping[str, list[int]] | None:
+    """What `read` lists of the status store once the store has every job event posted
+    so far. Job events reach it asynchronously through the listener bus, which is waited
+    for; where it cannot be, the public status tracker is polled until two reads agree
+    and none of the jobs listed is still running (an ended job's end event comes last)."""
+    if spark_internals.wait_for_listener_bus(sc, LISTENER_WAIT_MS):
+        return read()
+    deadline = time.monotonic() + LISTENER_WAIT_MS / 1000
+    listed = read()
+    while listed is not None:
+        time.sleep(SETTLE_POLL_S)
+        again = read()
+        running = set(sc.statusTracker().getActiveJobsIds())
+        settled = again == listed and not running & {i for ids in (again or {}).values() for i in ids}
+        if settled or time.monotonic() > deadline:
+            return again
+        listed = again
+    return None
+
+
+# The job groups of the counters open on this thread, innermost last, each with the jobs
+# of the counters that ran inside it (`_counted_by_job_group`).
+_open_groups = threading.local()
+
+
+@contextmanager
+def _counted_by_job_group(sc: SparkContext, counter: SparkJobCounter) -> Iterator[None]:
+    """The block's jobs as those of a job group of its own, through PySpark's public
+    status tracker: the fallback where jobs cannot be listed by tag. The thread's job
+    group is the counter's for the block, then the one it had again; a counter inside
+    another hands its jobs to the outer one, as tags add up."""
+    before = {key: sc.getLocalProperty(key) for key in JOB_GROUP_PROPERTIES}
+    stack = _open_groups.__dict__.setdefault("stack", [])
+    inner: set[int] = set()
+    stack.append(inner)
+    sc.setJobGroup(counter.tag, "offset-assets: counting Spark jobs")
     try:
-        return (data.completionTime().get().getTime() - data.submissionTime().get().getTime()) / 1000
-    except Py4JJavaError:  # NoSuchElementException: None.get
-        return None
+        yield
+    finally:
+        for key, value in before.items():
+            sc.setLocalProperty(key, value)
+        stack.pop()
+        tracker = sc.statusTracker()
+        own = _listed(sc, lambda: {counter.tag: sorted(tracker.getJobIdsForGroup(counter.tag))}) or {}
+        job_ids = sorted({*own.get(counter.tag, []), *inner})
+        if stack:
+            stack[-1].update(job_ids)
+        records = spark_internals.job_records(sc, job_ids)
+        counter.jobs = [SparkJob(job_id, *records[job_id]) for job_id in job_ids]

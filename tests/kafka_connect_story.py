@@ -16,8 +16,8 @@ from pyspark.sql import types as T
 
 from offset_assets.control_plane import connect
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
-from offset_assets.ranges.kafka import KafkaSource
 from offset_assets.ranges.planners import KafkaOffsetPlanner
+from offset_assets.ranges.sources.kafka import KafkaSource
 from offset_assets.spark import get_spark_session
 from offset_assets.versioned.table import VersionedTable
 

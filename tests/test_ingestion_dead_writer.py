@@ -26,9 +26,9 @@ from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
-from offset_assets.ranges.kafka import KafkaSource
 from offset_assets.ranges.planners import AutoIncrementIdPlanner, KafkaOffsetPlanner, TimeWindowPlanner
 from offset_assets.ranges.sources import FolderSource, SqlTableSource
+from offset_assets.ranges.sources.kafka import KafkaSource
 from offset_assets.versioned.layout import WarehouseFiles
 from offset_assets.versioned.table import VersionedTable
 from tests.customers_source import CUSTOMERS

@@ -15,9 +15,9 @@ from offset_assets.dagster_adapter import OffsetStore
 from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
 from offset_assets.ranges.errors import IngestionError, PlanningError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
-from offset_assets.ranges.kafka import KafkaSource
 from offset_assets.ranges.planners import AutoIncrementIdPlanner, DataRange, KafkaOffsetPlanner, RangeKind
 from offset_assets.ranges.sources import SqlTableSource
+from offset_assets.ranges.sources.kafka import KafkaSource
 from offset_assets.versioned.table import VersionedTable
 from tests.customers_source import CUSTOMERS
 from tests.dagster_resources import engine_resources

@@ -18,9 +18,9 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.ranges.errors import IngestionError, SourceError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
-from offset_assets.ranges.kafka import KafkaSource
-from offset_assets.ranges.kafka_slices import slices_frame
 from offset_assets.ranges.planners import DataRange, KafkaOffsetPlanner, RangeKind
+from offset_assets.ranges.sources.kafka import KafkaSource
+from offset_assets.ranges.sources.kafka_read import slices_frame
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.table import VersionedTable
 from tests.kafka_broker import KafkaBroker, free_port

@@ -23,8 +23,8 @@ from offset_assets.control_plane.job_log import JobLog
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError
 from offset_assets.ranges.ingestion import QUARANTINE_KEY, QUARANTINE_SCHEMA, IngestionJob, RangeIngestion, TargetTable
-from offset_assets.ranges.kafka import KafkaSource
 from offset_assets.ranges.planners import DataRange, KafkaOffsetPlanner, RangeKind
+from offset_assets.ranges.sources.kafka import KafkaSource
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.errors import ConflictingStatesError, UnorderedStatesError
 from offset_assets.versioned.table import VersionedTable

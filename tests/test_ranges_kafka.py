@@ -7,16 +7,16 @@ import pytest
 from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
-from offset_assets.ranges.kafka import (
+from offset_assets.ranges.planners import DataRange, RangeKind
+from offset_assets.ranges.sources.kafka import (
     KafkaSource,
     describe_offsets,
     offsets_from_description,
     plan_slices,
     slices_end,
-    with_values_expanded,
 )
-from offset_assets.ranges.kafka_slices import MESSAGE_SCHEMA, REDACTED, OffsetSlice, SliceReading, redacted
-from offset_assets.ranges.planners import DataRange, RangeKind
+from offset_assets.ranges.sources.kafka_read import MESSAGE_SCHEMA, REDACTED, OffsetSlice, SliceReading, redacted
+from offset_assets.ranges.sources.kafka_values import with_values_expanded
 
 
 def test_a_range_slices_each_partition_from_its_committed_offset_to_the_latest():

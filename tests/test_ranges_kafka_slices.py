@@ -9,7 +9,7 @@ waited for the signal would time out, as it did when the broker went away."""
 
 from __future__ import annotations
 
-from offset_assets.ranges.kafka_slices import OffsetSlice, read_slice
+from offset_assets.ranges.sources.kafka_read import OffsetSlice, read_slice
 
 # The first fetch is the only one within the tests' timeouts.
 ONE_FETCH = {"max.partition.fetch.bytes": 1, "queued.min.messages": 1, "fetch.queue.backoff.ms": 60_000}

@@ -74,7 +74,6 @@ def test_a_failed_window_is_retried_first_and_later_windows_follow_it():
         ("20220103000000", "20220104000000"),
     ]
     assert [r.previous_status for r in ranges] == ["FAILURE", None]
-    assert ranges[0].is_retry
     waits = "waits for earlier range '20220102000000' \\(FAILURE\\)"
     with pytest.raises(RangeOrderError, match=waits):
         check_order(ranges[1], ranges, "orders")

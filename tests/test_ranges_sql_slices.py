@@ -14,7 +14,7 @@ from pyspark.errors import PythonException
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, RangeKind
 from offset_assets.ranges.sources import SqlTableSource
-from offset_assets.ranges.sql_slices import MIN_ROWS_PER_SLICE, slice_bounds, slice_count
+from offset_assets.ranges.sources.sql_read import MIN_ROWS_PER_SLICE, slice_bounds, slice_count
 from tests.test_cluster import run_driver
 
 DAY = datetime(2022, 1, 1)

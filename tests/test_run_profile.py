@@ -14,8 +14,8 @@ from bench.posts_world import make_world
 from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter import OffsetStore
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.profile import OTHER, PHASES, TAG_PREFIX, Profiler
 from offset_assets.local_frames import local_frame
+from offset_assets.run_profile import OTHER, PHASES, TAG_PREFIX, Profiler
 from offset_assets.spark import temporary_setting
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.evaluation import CODEGEN_FACTORY_MODE

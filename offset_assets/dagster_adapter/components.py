@@ -55,9 +55,9 @@ from offset_assets.dagster_adapter.ingestion_schedule import build_ingestion_sch
 from offset_assets.dagster_adapter.ingestion_sensor import build_ingestion_sensor
 from offset_assets.engine.vocabulary import ChangeDetection, CommitMode
 from offset_assets.ranges.ingestion import IngestionJob, TargetTable
-from offset_assets.ranges.kafka import KafkaSource
 from offset_assets.ranges.planners import AutoIncrementIdPlanner, KafkaOffsetPlanner, TimeWindowPlanner, UpstreamPlanner
 from offset_assets.ranges.sources import FolderSource, SqlTableSource
+from offset_assets.ranges.sources.kafka import KafkaSource
 
 Columns = dict[str, str]
 _DATETIME = TypeAdapter(datetime)

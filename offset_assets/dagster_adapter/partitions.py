@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 
 from offset_assets.ranges.errors import PlanningError
-from offset_assets.ranges.kafka import describe_offsets, offsets_from_description
 from offset_assets.ranges.planners import (
     DataRange,
     RangeKind,
@@ -27,6 +26,7 @@ from offset_assets.ranges.planners import (
     format_time,
     parse_time,
 )
+from offset_assets.ranges.sources.kafka import describe_offsets, offsets_from_description
 
 KEY_PREFIXES = {
     RangeKind.AUTO_INC_ID: "id",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from offset_assets.engine.profile import RunProfile
 from offset_assets.engine.vocabulary import ChangeDetection, CommitMode, RunMode
+from offset_assets.run_profile import RunProfile
 
 
 @dataclass
@@ -68,7 +68,7 @@ class RunResult:
     # Wall clock (epoch seconds) of the run's start (lease taken) and of its finish.
     started_at: float | None = None
     finished_at: float | None = None
-    # Where the time went: the driver's wall time and the Spark jobs by phase (`profile.py`);
+    # Where the time went: the driver's wall time and the Spark jobs by phase (`run_profile.py`);
     # None for a run that did not start (nothing to do).
     profile: RunProfile | None = None
 

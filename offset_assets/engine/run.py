@@ -43,11 +43,11 @@ from offset_assets.engine.errors import TransformationOutputError, error_text
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
-from offset_assets.engine.profile import Profiler
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.state import RunEngine, RunState
 from offset_assets.engine.transformation import Transformation
 from offset_assets.engine.vocabulary import CommitMode, RunMode, RunRequest, change_detection_of
+from offset_assets.run_profile import Profiler
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.evaluation import small_run_settings
 from offset_assets.versioned.hot_delta import HotDelta

@@ -1,7 +1,7 @@
 """Layer 4: log-driven ingestion. Data ranges are planned from job_log
-(`planners.py`, pure), claimed atomically (`claims.py`), read from a source
-(`sources.py`, `kafka.py`) and committed into a versioned table together with their
-job_log SUCCESS (`ingestion.py`). Names are resolved lazily: planning needs no Spark."""
+(`planners/`, pure), claimed atomically (`claims.py`), read from a source
+(`sources/`: SQL, Kafka, folders) and committed into a versioned table together with their
+job_log SUCCESS (`ingestion/`). Names are resolved lazily: planning needs no Spark."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ _EXPORTS = {
     "KafkaOffsetPlanner": "offset_assets.ranges.planners",
     "UpstreamPlanner": "offset_assets.ranges.planners",
     "ClaimPolicy": "offset_assets.ranges.claims",
-    "SqlTableSource": "offset_assets.ranges.sources",
-    "FolderSource": "offset_assets.ranges.sources",
-    "KafkaSource": "offset_assets.ranges.kafka",
+    "SqlTableSource": "offset_assets.ranges.sources.sql",
+    "FolderSource": "offset_assets.ranges.sources.folder",
+    "KafkaSource": "offset_assets.ranges.sources.kafka",
     "IngestionJob": "offset_assets.ranges.ingestion",
     "TargetTable": "offset_assets.ranges.ingestion",
     "RangeIngestion": "offset_assets.ranges.ingestion",

@@ -24,7 +24,7 @@ from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.local_frames import local_frame
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
-from offset_assets.ranges.sources import SqlTableSource
+from offset_assets.ranges.sources.sql import SqlTableSource
 from offset_assets.versioned.table import VersionedTable
 
 POSTS = StructType([StructField("post_id", LongType(), False), StructField("user_id", LongType()),

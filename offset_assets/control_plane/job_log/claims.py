@@ -153,17 +153,6 @@ class RangeClaims(JobListing):
             return True
         return bool(is_run_dead and row.run_id and is_run_dead(row.run_id))
 
-    def stale_running(
-        self,
-        job_name: str | None = None,
-        stale_after_s: float = DEFAULT_STALE_AFTER_S,
-        is_run_dead: Callable[[str], bool] | None = None,
-    ) -> list[JobRecord]:
-        """RUNNING rows whose holder died: candidates for takeover."""
-        now = self._clock()
-        running = self.jobs(job_name, status=JobStatus.RUNNING)
-        return [row for row in running if self.is_stale(row, stale_after_s, is_run_dead, now)]
-
     def heartbeat(self, job_id: int, run_id: str) -> bool:
         """Refresh the holder's sign of life; False when the range is no longer held by `run_id`."""
         now = self._clock()

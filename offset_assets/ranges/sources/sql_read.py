@@ -1,4 +1,4 @@
-"""A SQL source's range, read by Spark's executors in slices.
+"""A SQL source's range, read by Spark's executors in slices (the source: `sql.py`).
 
 The driver plans a `SlicedRead`: the range's column, its bounds cut into slices
 (sub-ranges of ids, sub-windows of time) and the columns with their reflected SQL
@@ -56,7 +56,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_assets.control_plane.database import mask_url, sqlalchemy_url
 from offset_assets.ranges.errors import MalformedValueError, SourceError
-from offset_assets.ranges.slice_tasks import slice_tasks
+from offset_assets.ranges.sources.batch import MALFORMED, MALFORMED_TYPE, SHOWN_CHARS
+from offset_assets.ranges.sources.slice_tasks import slice_tasks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,15 +67,6 @@ MIN_ROWS_PER_SLICE = 10_000
 
 RangeKind = Literal["id", "time"]
 
-# A source record whose values do not fit: null for the others. `source_key` names it (a
-# Kafka message's `topic/partition@offset`, a SQL row's key as JSON), `raw_value` holds it
-# as the source sent it, `reason` says which value does not fit what, in one line.
-MALFORMED = "__malformed"
-MALFORMED_TYPE = T.StructType([T.StructField("source_key", T.StringType()),
-                               T.StructField("raw_value", T.StringType()),
-                               T.StructField("reason", T.StringType())])
-# Characters of a value shown in a reason.
-SHOWN_CHARS = 100
 # What converting one value can raise: a processor's parse error, Arrow's refusal.
 _CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, OverflowError)
 

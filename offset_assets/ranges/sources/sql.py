@@ -1,34 +1,29 @@
-"""Where an ingestion range's rows come from: a SQL table, or files landing in a folder.
+"""A SQL table as a range source, read through SQLAlchemy (SQLite, PostgreSQL, ...).
 
 A source turns one `DataRange` into a Spark DataFrame plus the range end actually
 reached (written back to job_log). Bounds follow the planners: time windows are
-[start, end), id ranges (start, end]. Kafka lives in `kafka.py` (optional extra).
-
-What a source says about its rows beside them (`SourceBatch`): the order of several rows
-of one key (`order`: a change log's sequence column, a Kafka partition's offsets), the
-rows that delete their key, and the records whose values do not fit their declared type
-(`MALFORMED`): a read that keeps them marks them, one that does not fails on the first.
+[start, end), id ranges (start, end]. The driver reflects the table, fixes the range's
+bounds and counts its rows here; Spark's executors read its slices (`sql_read.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 
 from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, parse_time
-from offset_assets.ranges.slice_tasks import read_once
-from offset_assets.ranges.sql_slices import (
-    MALFORMED,
+from offset_assets.ranges.sources.batch import MALFORMED, SourceBatch
+from offset_assets.ranges.sources.slice_tasks import read_once
+from offset_assets.ranges.sources.sql_read import (
     RangeKind,
     SlicedRead,
     session_parallelism,
@@ -36,50 +31,7 @@ from offset_assets.ranges.sql_slices import (
     slice_count,
     source_engine,
 )
-from offset_assets.versioned.layout import WarehouseFiles
 from offset_assets.versioned.writes import StateOrder
-
-__all__ = ["MALFORMED", "FolderSource", "RangeSource", "SourceBatch", "SqlTableSource"]
-
-
-@dataclass(frozen=True)
-class SourceBatch:
-    """The rows of one range and the end reached (None: the range's own end)."""
-
-    df: DataFrame
-    end: str | None
-    row_count: int | None = None  # known without a Spark job when the source counted it
-    # (column, lowest, highest): the values `column` can hold in the range (an id range's).
-    key_range: tuple[str, Any, Any] | None = None
-    # How several rows of one key in the range are ordered (columns of `df`): the last one
-    # gives the key's state. None: the source knows no order, and different states refuse.
-    order: StateOrder | None = None
-    # The rows that delete their key (`sys_op` 1: Kafka tombstones), counted as read, and
-    # the columns such a row holds (a tombstone has no value: its message's key, offsets).
-    deletes: int = 0
-    deletes_keyed_by: tuple[str, ...] = ()
-    # Records of `df` whose values do not fit, marked in its `MALFORMED` column, when the
-    # range was read once and counted. None: `df` has no such column and fails its read on
-    # such a record, naming it.
-    malformed: int | None = None
-    # The same range read once with its malformed records kept, marked and counted: what
-    # a job that quarantines them reads. None: `malformed` is known already, or the
-    # source has no such read.
-    read_marked: Callable[[], SourceBatch] | None = None
-
-
-class RangeSource(Protocol):
-    """Reads a range's rows. A source whose ranges may come without an end (ids, Kafka)
-    also has `range_end(data_range) -> str | None`, the end decided now, which the
-    ingestion records in job_log before it reads; without it the end is the one
-    `read_range` reaches."""
-
-    source_type: str
-
-    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch: ...
-
-
-# -- SQL table -----------------------------------------------------------------------
 
 
 def spark_type_for(sql_type: sa.types.TypeEngine) -> T.DataType:
@@ -109,7 +61,7 @@ class SqlTableSource:
     Exactly one of `time_column` (a DATETIME/DATE column, or epoch seconds as a number)
     and `id_column` (an auto-increment integer) selects the range's rows. The driver
     reflects the table, fixes the range's bounds and counts its rows; Spark's executors
-    read it in slices (`sql_slices`), each task its own sub-range over its own
+    read it in slices (`sql_read.py`), each task its own sub-range over its own
     connection, `fetch_size` rows at a time. `slices` fixes the slice count; by default
     a slice holds at most `rows_per_slice` rows, the slices run in whole waves over the
     session's cores, and a range large enough has at least one slice per core. A SQLite
@@ -291,69 +243,3 @@ class SqlTableSource:
             return SourceBatch(kept, end, rows, ids, order, malformed=counts["malformed"])
 
         return SourceBatch(plan.dataframe(spark), end, rows, ids, order, read_marked=read_marked)
-
-
-# -- files landing in a folder -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FolderSource:
-    """Files landing in time-partitioned folders, `{root}/{partition_column}={value}/`.
-
-    A time range [start, end) reads every partition folder whose partition instant lies
-    in [floor(start), end), where floor is the partition granularity; `time_column`
-    additionally keeps only rows inside the range (for ranges finer than a folder).
-    Folders are located through the Hadoop file system of `root`, so any URI Spark can
-    read works; a folder that has not landed yet simply contributes no rows.
-    """
-
-    root: str
-    format: str = "parquet"
-    partition_column: str = "dt"
-    partition_format: str = "%Y-%m-%d"
-    partition_step: timedelta = timedelta(days=1)
-    schema: T.StructType | None = None  # needed for csv/json; parquet files carry their own
-    options: Mapping[str, str] = field(default_factory=dict)
-    time_column: str | None = None
-    order_by: str | None = None  # as `SqlTableSource.order_by`: the last row of a key wins
-    source_type: str = field(default="files", init=False)
-
-    def partition_paths(self, data_range: DataRange) -> list[str]:
-        """Candidate folders of the range, in time order (whether they exist or not)."""
-        if data_range.end is None:
-            raise SourceError(f"folder source {self.root!r}: range {data_range.start!r} has no end")
-        start, end = parse_time(data_range.start), parse_time(data_range.end)
-        moment = datetime.strptime(start.strftime(self.partition_format), self.partition_format)
-        paths: list[str] = []
-        while moment < end:
-            value = moment.strftime(self.partition_format)
-            path = f"{self.root.rstrip('/')}/{self.partition_column}={value}"
-            if path not in paths:
-                paths.append(path)
-            moment += self.partition_step
-        return paths
-
-    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
-        # The warehouse's file layer (fsspec): no JVM call, so a Spark Connect session works too.
-        files = WarehouseFiles()
-        paths = [path for path in self.partition_paths(data_range) if files.exists(path)]
-        order = StateOrder(self.order_by) if self.order_by is not None else None
-        if not paths:
-            if self.schema is None:
-                return SourceBatch(spark.createDataFrame([], T.StructType([])), data_range.end, 0)
-            return SourceBatch(spark.createDataFrame([], self.schema), data_range.end, 0, order=order)
-        reader = spark.read.format(self.format).options(basePath=self.root, **self.options)
-        if self.schema is not None:
-            reader = reader.schema(self.schema)
-        try:
-            df = reader.load(paths)
-        except Exception as exc:  # Spark analysis errors: name the folder instead of a JVM trace
-            raise SourceError(
-                f"folder source {self.root!r}: cannot read {paths}: {str(exc).splitlines()[0]}"
-            ) from None
-        if self.time_column is not None:
-            start = parse_time(data_range.start).replace(tzinfo=UTC)
-            end = parse_time(data_range.end or data_range.start).replace(tzinfo=UTC)
-            column = F.col(self.time_column)
-            df = df.where((column >= F.lit(start)) & (column < F.lit(end)))
-        return SourceBatch(df, data_range.end, order=order)

@@ -2,7 +2,7 @@
 one per partition (`spark.range`), each mapped by `mapInArrow` to its slice's rows on the
 executor that runs it. No row passes the driver, which only plans the slices.
 
-Both range sources that read outside Spark use it (`sql_slices.py`, `kafka_slices.py`).
+Both range sources that read outside Spark use it (`sql_read.py`, `kafka_read.py`).
 It needs one kind of Python worker, the one every Python function of a session uses. A
 Python data source (`pyspark.sql.datasource`) asked for four: the look-up of data
 sources, the data source itself, the planning of its read and the read, each a Python

@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
-from offset_assets.ranges.slice_tasks import slice_tasks
+from offset_assets.ranges.sources.slice_tasks import slice_tasks
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -26,6 +26,10 @@ end: about 40 JVM calls, a few milliseconds), and beside them the JVM process's 
 code new compiles that). The counters are the JVM's, not the run's: work of other threads
 at the same time (another run in the same session) counts too.
 
+Tagging is public API; finding the jobs by tag and reading the JVM's counters reach
+past it (`spark_internals.py`): where a PySpark version lacks them, the profile has the
+driver's times only and says its jobs were not counted, or has no driver JVM figures.
+
 Over Spark Connect the client has no SparkContext to tag jobs with or status store to
 read, nor the server's JVM: the profile then has the driver's times only and says its
 jobs were not counted.
@@ -46,6 +50,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from offset_assets import spark_internals
 from offset_assets.spark_jobs import SparkJobCountError, jobs_by_tag, spark_context
 
 TAG_PREFIX = "offset-assets-run-"
@@ -84,18 +89,13 @@ class DriverJvmTime:
     compile_s: float
 
     @classmethod
-    def read(cls, sc: SparkContext, pid: int | None) -> DriverJvmTime:
-        """The counters of the driver JVM `sc` runs on, whose process is `pid` (`jvm_pid`)."""
-        management = getattr(sc._jvm, "java.lang.management.ManagementFactory")
-        collectors = management.getGarbageCollectorMXBeans()
-        # By index: iterating a Java list from Python ends in an exception the JVM throws,
-        # which PySpark's error conversion inspects with some fifty more JVM calls.
-        gc_ms = sum(max(0, collectors[i].getCollectionTime()) for i in range(len(collectors)))  # -1: unknown
-        jit_ms = max(0, management.getCompilationMXBean().getTotalCompilationTime())
-        codegen = getattr(sc._jvm, "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator")
-        compilations = getattr(sc._jvm, "org.apache.spark.metrics.source.CodegenMetrics").METRIC_COMPILATION_TIME()
-        return cls(_process_cpu_s(pid), jit_ms / 1000, gc_ms / 1000, compilations.getCount(),
-                   codegen.compileTime() / 1e9)
+    def read(cls, sc: SparkContext, pid: int | None) -> DriverJvmTime | None:
+        """The counters of the driver JVM `sc` runs on, whose process is `pid` (`jvm_pid`);
+        None where the JVM's counters cannot be read (`spark_internals`)."""
+        counters = spark_internals.driver_jvm_counters(sc)
+        if counters is None:
+            return None
+        return cls(_process_cpu_s(pid), counters.jit_s, counters.gc_s, counters.classes_compiled, counters.compile_s)
 
     def since(self, start: DriverJvmTime) -> DriverJvmTime:
         cpu = None if self.cpu_s is None or start.cpu_s is None else self.cpu_s - start.cpu_s
@@ -112,8 +112,8 @@ def jvm_pid(sc: SparkContext) -> int | None:
     """The process ID of the driver JVM when this process launched it (PySpark's gateway,
     as in every classic session started from Python) and `/proc` shows its counters
     (Linux); else None: a JVM attached to from elsewhere is not read."""
-    pid = int(getattr(sc._jvm, "java.lang.ProcessHandle").current().pid())
-    stat = _proc_stat(pid)
+    pid = spark_internals.driver_jvm_pid(sc)
+    stat = None if pid is None else _proc_stat(pid)
     return pid if stat is not None and int(stat[1]) == os.getpid() else None
 
 
@@ -228,8 +228,8 @@ class Profiler:
     _stack: list[str] = field(default_factory=list)
     _since: float = 0.0
     _tagging: bool = False
-    _jvm_pid: int | None = None
-    _jvm_at_start: DriverJvmTime | None = None
+    _driver_pid: int | None = None
+    _driver_at_start: DriverJvmTime | None = None
 
     @classmethod
     def start(cls, spark: SparkSession) -> Profiler:
@@ -238,8 +238,8 @@ class Profiler:
         if profiler.sc is not None:
             profiler.sc.addJobTag(profiler.run_tag)
             profiler._tagging = True
-            profiler._jvm_pid = jvm_pid(profiler.sc)
-            profiler._jvm_at_start = DriverJvmTime.read(profiler.sc, profiler._jvm_pid)
+            profiler._driver_pid = jvm_pid(profiler.sc)
+            profiler._driver_at_start = DriverJvmTime.read(profiler.sc, profiler._driver_pid)
         return profiler
 
     @contextmanager
@@ -280,8 +280,8 @@ class Profiler:
             return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
                               jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)
         reading = time.monotonic()
-        driver_jvm = (None if self._jvm_at_start is None
-                      else DriverJvmTime.read(self.sc, self._jvm_pid).since(self._jvm_at_start))
+        at_end = None if self._driver_at_start is None else DriverJvmTime.read(self.sc, self._driver_pid)
+        driver_jvm = None if at_end is None else at_end.since(self._driver_at_start)
         try:
             jobs = self._jobs(list(self.seconds))
         except SparkJobCountError as exc:

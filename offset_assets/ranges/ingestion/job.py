@@ -1,0 +1,140 @@
+"""An ingestion job: what to ingest (source), in which ranges (planner), into which
+table (target), and what becomes of records whose values do not fit; and the job's due
+ranges, planned from its job_log history without Spark (sensors plan too)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.records import check_job_names
+from offset_assets.ranges.claims import ClaimPolicy
+from offset_assets.ranges.errors import PlanningError
+from offset_assets.ranges.planners import (
+    AutoIncrementIdPlanner,
+    DataRange,
+    KafkaOffsetPlanner,
+    PlanInputs,
+    Planner,
+    RangeKind,
+    TimeWindowPlanner,
+    UpstreamPlanner,
+    parse_time,
+)
+from offset_assets.ranges.sources.batch import RangeSource
+from offset_assets.versioned.table_schema import validate_table_name
+
+# The quarantine table of a job's malformed records: one row per record of a source
+# (a Kafka message's `topic/partition@offset`, a SQL row's key as JSON), with the value as
+# the source sent it, why it does not fit, and the job_log row of the range that read it.
+QUARANTINE_KEY = ["job_name", "source_key"]
+QUARANTINE_SCHEMA = StructType([
+    StructField("job_name", StringType(), False),
+    StructField("source_key", StringType(), False),
+    StructField("raw_value", StringType(), True),
+    StructField("reason", StringType(), True),
+    StructField("job_id", LongType(), True),
+])
+
+
+class OnMalformed(StrEnum):
+    """What a range does with a record whose values do not fit their declared type: fail
+    (naming it: nothing is committed, and the range is retried as it is once the source or
+    the job is fixed), or set it aside in the job's quarantine table and ingest the rest."""
+
+    FAIL = "fail"
+    QUARANTINE = "quarantine"
+
+
+@dataclass(frozen=True)
+class TargetTable:
+    """The versioned table a job ingests into."""
+
+    name: str
+    primary_key: Sequence[str]
+    schema: StructType
+
+
+@dataclass(frozen=True)
+class IngestionJob:
+    """What to ingest (source), in which ranges (planner), into which table (target).
+
+    `name` is the job_name of its job_log rows (the Dagster asset name). `transform`
+    shapes source rows into the target's columns; without it the target's columns (and
+    `sys_op` when present) are selected from the source rows. A transform keeps `sys_op`
+    (a Kafka tombstone's delete) and the source's order columns (a Kafka range's
+    `kafka_partition` and `kafka_offset`, a declared `order_by`) in its output: they
+    decide which of several rows of one key is its state, and are not stored unless the
+    target has them.
+
+    `on_malformed` (`OnMalformed`): a record whose values do not fit fails the range
+    (`"fail"`), or goes to `quarantine_table` (default `<target>__quarantine`,
+    `QUARANTINE_SCHEMA`) in the range's commit (`"quarantine"`).
+    """
+
+    name: str
+    source: RangeSource
+    planner: Planner
+    target: TargetTable
+    workflow_name: str | None = None
+    load_type: str = "incremental"
+    transform: Callable[[DataFrame], DataFrame] | None = None
+    claim_policy: ClaimPolicy = field(default_factory=ClaimPolicy)
+    on_malformed: OnMalformed | str = OnMalformed.FAIL
+    quarantine_table: str | None = None
+
+    def __post_init__(self) -> None:
+        # Refused here, before any range is claimed or any table registered.
+        check_job_names(job_name=self.name, workflow_name=self.workflow_name, load_type=self.load_type)
+        validate_table_name(self.target.name)
+        try:
+            object.__setattr__(self, "on_malformed", OnMalformed(self.on_malformed))
+        except ValueError:
+            raise PlanningError(f"job {self.name!r}: on_malformed must be one of "
+                                f"{[str(p) for p in OnMalformed]}, got {self.on_malformed!r}") from None
+        if self.on_malformed == OnMalformed.QUARANTINE:
+            validate_table_name(self.quarantine_name)
+
+    @property
+    def quarantine_name(self) -> str:
+        """The versioned table of the job's malformed records."""
+        return self.quarantine_table or f"{self.target.name}__quarantine"
+
+
+def is_open_window(data_range: DataRange, now: datetime) -> bool:
+    """Whether `data_range` is a time window that has not ended at `now`: rows can still
+    arrive in it, so ingesting it cannot complete it."""
+    if data_range.kind != RangeKind.TIME_WINDOW or data_range.end is None:
+        return False
+    moment = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now
+    return parse_time(data_range.end) > moment
+
+
+def plan_inputs(job: IngestionJob, log: JobLog, now: datetime | None = None) -> PlanInputs:
+    """Read the outside facts the job's planner needs (source max id, Kafka offsets,
+    upstream job log); no Spark, so sensors can call it."""
+    planner = job.planner
+    if isinstance(planner, TimeWindowPlanner):
+        return PlanInputs(now=now or datetime.now(UTC))
+    if isinstance(planner, AutoIncrementIdPlanner):
+        max_id = getattr(job.source, "max_id", None)
+        if max_id is None:
+            raise PlanningError(f"job {job.name!r}: id ranges need a source with max_id()")
+        return PlanInputs(source_max_id=max_id())
+    if isinstance(planner, KafkaOffsetPlanner):
+        latest = getattr(job.source, "latest_offsets", None)
+        return PlanInputs(latest_offsets=latest() if latest else None)
+    if isinstance(planner, UpstreamPlanner):
+        return PlanInputs(upstream_history=log.history(planner.upstream_job))
+    raise PlanningError(f"job {job.name!r}: unknown planner {planner!r}")
+
+
+def plan_ranges(job: IngestionJob, log: JobLog, now: datetime | None = None) -> list[DataRange]:
+    """The job's due ranges from its job_log history, in run order."""
+    return job.planner.plan(log.history(job.name), plan_inputs(job, log, now))

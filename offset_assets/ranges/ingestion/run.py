@@ -1,0 +1,352 @@
+"""Running an ingestion job's ranges: each claimed, read, written and committed with its
+job_log SUCCESS and step_log rows in one transaction, or logged FAILURE (see the
+package's docstring). What the rows become: `rows.py`; the writes: `writes.py`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.errors import PythonException
+from pyspark.sql import SparkSession
+from sqlalchemy import Connection
+
+from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.control_plane.job_log.errors import ClaimLostError
+from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord
+from offset_assets.ranges.claims import Heartbeat, claim_range
+from offset_assets.ranges.errors import IngestionError, PlanningError
+from offset_assets.ranges.ingestion.job import IngestionJob, is_open_window, plan_ranges
+from offset_assets.ranges.ingestion.rows import read_batch, shape_rows, split_malformed
+from offset_assets.ranges.ingestion.writes import RangeWrites
+from offset_assets.ranges.planners import (
+    DataRange,
+    RangeKind,
+    recorded_end,
+)
+from offset_assets.run_profile import Profiler, RunProfile
+from offset_assets.versioned.commit import commit_transaction
+from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
+from offset_assets.versioned.hot_delta import HotDelta
+from offset_assets.versioned.table import VersionedTable
+
+logger = logging.getLogger(__name__)
+
+TARGET_TYPE = "versioned_table"
+
+@dataclass(frozen=True)
+class RangeResult:
+    """How one range run ended (always successfully: failures raise)."""
+
+    job_id: int
+    attempt: int
+    data_range: DataRange  # end: the end actually reached (job_log's, except for an open window)
+    rows_read: int
+    rows_upserted: int
+    rows_deleted: int
+    rows_unchanged: int
+    delta_num: int | None  # None: nothing changed, no delta committed
+    commit_ts: float | None
+    took_over_run_id: str | None = None
+    open_window: bool = False  # ingested before its end: job_log holds end = start
+    profile: RunProfile | None = None  # where the range's time went: claim, source_read, write, commit
+    keys_written: int = 0  # keys the range gave a state (a version, or unchanged)
+    superseded_in_range: int = 0  # rows that gave their key no state: a later row of the key won
+    rows_quarantined: int = 0  # malformed records set aside in the job's quarantine table
+    quarantine_delta_num: int | None = None  # the quarantine table's delta, when one was committed
+
+
+class _Steps:
+    """The steps of one attempt, written to step_log with the attempt's outcome."""
+
+    def __init__(self, clock: Callable[[], float], source_type: str) -> None:
+        self._clock = clock
+        self._source_type = source_type
+        self.done: list[StepRecord] = []
+        self.current: tuple[str, float] | None = None
+
+    def start(self, step_id: str) -> None:
+        self.current = (step_id, self._clock())
+
+    def finish(self, **counts: Any) -> None:
+        step_id, started = self.current or ("?", self._clock())
+        self.done.append(StepRecord(step_id, JobStatus.SUCCESS, started, self._clock(),
+                                    source_type=self._source_type, target_type=TARGET_TYPE,
+                                    **counts))
+        self.current = None
+
+    def failed(self, error: str) -> list[StepRecord]:
+        if self.current is None:
+            return self.done
+        step_id, started = self.current
+        return [*self.done, StepRecord(step_id, JobStatus.FAILURE, started, self._clock(),
+                                       error=error, source_type=self._source_type,
+                                       target_type=TARGET_TYPE)]
+
+
+class RangeIngestion:
+    """Runs the ranges of one `IngestionJob` against a control plane and a warehouse.
+
+    `small_run_rows_limit`: a range whose rows and target table's stored versions are at
+    most this many in all is written as a small run: Spark's expressions interpreted, not
+    compiled, without adaptive execution (as a transformation's run,
+    `offset_assets.versioned.evaluation`)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        plane: ControlPlane,
+        job: IngestionJob,
+        warehouse: str | None = None,
+        clock: Callable[[], float] = time.time,
+        small_run_rows_limit: int = DEFAULT_SMALL_RUN_ROWS_LIMIT,
+    ) -> None:
+        self.spark = spark
+        self.plane = plane
+        self.job = job
+        self.warehouse = warehouse
+        self.small_run_rows_limit = small_run_rows_limit
+        self.log = JobLog(plane, clock=clock)
+        self._clock = clock
+        self.writes = RangeWrites(spark, plane, job, warehouse, self.log, small_run_rows_limit)
+
+    # -- planning -----------------------------------------------------------------------
+
+    def history(self) -> list[JobRecord]:
+        return self.log.history(self.job.name)
+
+    def plan(self, now: datetime | None = None) -> list[DataRange]:
+        """The ranges due now, in the order they must run (a failed one first)."""
+        return plan_ranges(self.job, self.log, now)
+
+    # -- running ------------------------------------------------------------------------
+
+    def run_pending(
+        self, now: datetime | None = None, run_id: str | None = None
+    ) -> list[RangeResult]:
+        """Run the due ranges in order (one plan's worth: a planner lists at most its
+        `max_ranges_per_plan`); the first failure stops the run (and is raised), and the
+        next run retries that range first."""
+        results = []
+        for data_range in self.plan(now):
+            results.append(self.run_range(data_range, run_id=run_id, now=now))
+        return results
+
+    def refresh(self, ranges: Sequence[DataRange], run_id: str | None = None) -> list[RangeResult]:
+        """Re-ingest explicit ranges, done or not, without moving the pointer past a gap."""
+        return [self.run_range(replace(r, refresh=True), run_id=run_id) for r in ranges]
+
+    def run_range(
+        self,
+        data_range: DataRange,
+        run_id: str | None = None,
+        now: datetime | None = None,
+        runtime_args: dict[str, Any] | None = None,
+    ) -> RangeResult:
+        """Claim, read, write and commit one range; raises on failure (range logged FAILURE).
+
+        A time window that has not ended at `now` (default: the current time) runs as a
+        refresh that leaves the window due (see the module docstring)."""
+        run_id = run_id or f"local-{uuid.uuid4().hex}"
+        window_open = is_open_window(data_range, now or datetime.now(UTC))
+        if window_open:
+            data_range = replace(data_range, refresh=True)
+        data_range = self._as_recorded(data_range)
+        pending = [] if data_range.refresh else self.plan(now)
+        planned = pending[0] if pending and pending[0].start == data_range.start else None
+        if planned is not None:
+            data_range = _as_planned(data_range, planned)
+        if data_range.max_size is None:  # a Kafka range from a partition key: the planner's cap
+            data_range = replace(data_range, max_size=getattr(self.job.planner,
+                                                              "max_offsets_per_partition", None))
+        profiler = Profiler.start(self.spark)
+        try:
+            return self._run_claimed(data_range, pending, planned, window_open, run_id, runtime_args, profiler)
+        finally:
+            profiler.stop()  # a range that raised leaves no tag on the jobs that follow
+
+    def _run_claimed(self, data_range: DataRange, pending: list[DataRange], planned: DataRange | None,
+                     window_open: bool, run_id: str, runtime_args: dict[str, Any] | None,
+                     profiler: Profiler) -> RangeResult:
+        with profiler.phase("claim"):
+            claim = self._claim(data_range, pending, planned, window_open, run_id, runtime_args)
+        steps = _Steps(self._clock, self.job.source.source_type)
+        hot: HotDelta | None = None
+        quarantine: HotDelta | None = None
+        try:
+            with Heartbeat(self.log, claim, self.job.claim_policy.heartbeat_interval_s):
+                steps.start("read")
+                with profiler.phase("source_read"):
+                    data_range = self._record_end(data_range, claim)
+                    batch = read_batch(self.spark, self.job, data_range)
+                    records, malformed = split_malformed(self.job, batch)
+                    shaped = shape_rows(self.spark, self.job, batch, records)
+                    rows_read = batch.row_count if batch.row_count is not None else shaped.rows.count()
+                steps.finish(source_count=rows_read)
+
+                steps.start("write")
+                with profiler.phase("write"):
+                    table = VersionedTable(self.spark, self.plane, self.job.target.name,
+                                           self.job.target.primary_key, self.job.target.schema,
+                                           warehouse=self.warehouse)
+                    hot = self.writes.open_target_delta(table, run_id)
+                    stats = self.writes.write(hot, table, batch, shaped, rows_read)
+                changed = stats.rows_upserted + stats.rows_deleted
+                steps.finish(
+                    source_count=rows_read, target_count=changed,
+                    success_count=changed + stats.rows_unchanged, failure_count=batch.malformed or 0,
+                    output=json.dumps({"table": table.name,
+                                       "delta_num": hot.delta_num if changed else None,
+                                       "rows_unchanged": stats.rows_unchanged,
+                                       "keys_written": stats.keys_written,
+                                       "superseded_in_range": stats.rows_superseded}),
+                )
+                if malformed is not None:
+                    steps.start("quarantine")
+                    with profiler.phase("write"):
+                        quarantine, set_aside = self.writes.quarantine(malformed, batch.malformed or 0, claim, run_id)
+                    steps.finish(source_count=batch.malformed, target_count=set_aside,
+                                 success_count=batch.malformed, failure_count=0,
+                                 output=json.dumps({"table": self.job.quarantine_name,
+                                                    "delta_num": quarantine.delta_num if quarantine else None}))
+                end = batch.end if batch.end is not None else data_range.end
+                # An open window holds nothing yet: end = start keeps it due until it closes.
+                logged_end = data_range.start if window_open else end
+
+                def log_success(conn: Connection) -> None:
+                    self.log.mark_success(claim.job_id, logged_end, conn=conn, run_id=run_id)
+                    for step in steps.done:
+                        self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
+
+                commit_ts: float | None = None
+                delta_num: int | None = None
+                with profiler.phase("commit"):
+                    if not changed:
+                        hot.rollback()  # nothing changed: no empty delta for readers to process
+                        hot = None
+                    committed = [h for h in (hot, quarantine) if h is not None]
+                    if committed:  # job_log SUCCESS with the deltas
+                        with commit_transaction(committed) as commit:
+                            log_success(commit.conn)
+                        commit_ts, delta_num = commit.commit_ts, hot.delta_num if hot is not None else None
+                    else:
+                        with self.plane.begin() as conn:
+                            log_success(conn)
+        except ClaimLostError:
+            self._discard(hot)
+            self._discard(quarantine)
+            raise
+        except Exception as exc:
+            self._discard(hot)
+            self._discard(quarantine)
+            self._record_failure(claim, steps, exc)
+            raise IngestionError(
+                f"job {self.job.name!r} range {data_range.start!r}..{data_range.end!r} failed "
+                f"(job_id {claim.job_id}, attempt {claim.attempt}): {_one_line(exc)}"
+            ) from exc
+        profile = profiler.finish()
+        logger.debug("ingestion %s range %r..%r: %s", self.job.name, data_range.start, end, profile.describe())
+        return RangeResult(
+            claim.job_id, claim.attempt, replace(data_range, end=end), rows_read,
+            stats.rows_upserted, stats.rows_deleted, stats.rows_unchanged, delta_num, commit_ts,
+            claim.previous_run_id if claim.took_over else None, window_open, profile,
+            keys_written=stats.keys_written, superseded_in_range=stats.rows_superseded,
+            rows_quarantined=batch.malformed or 0,
+            quarantine_delta_num=quarantine.delta_num if quarantine is not None else None,
+        )
+
+    def _claim(self, data_range: DataRange, pending: list[DataRange], planned: DataRange | None,
+               window_open: bool, run_id: str, runtime_args: dict[str, Any] | None) -> Claim:
+        return claim_range(
+            self.log, self.job.name, data_range, pending, run_id=run_id,
+            policy=self.job.claim_policy, workflow_name=self.job.workflow_name,
+            period=getattr(self.job.planner, "period_minutes", None),
+            load_type=self.job.load_type,
+            runtime_args={**(runtime_args or {}), "refresh": data_range.refresh,
+                          **({"open_window": True} if window_open else {}),
+                          **_backlog_args(planned)},
+        )
+
+    def _as_recorded(self, data_range: DataRange) -> DataRange:
+        """A range that has run keeps the end job_log recorded for it: ids and Kafka
+        offsets, whose ends are decided when a range runs (time windows and upstream
+        ranges are their own bounds). Another end asked for such a range is refused."""
+        if data_range.kind not in (RangeKind.AUTO_INC_ID, RangeKind.KAFKA_OFFSET):
+            return data_range
+        end = recorded_end(self.log.get_range(self.job.name, data_range.start))
+        if end is None or data_range.end == end:
+            return data_range
+        if data_range.end is not None:
+            raise PlanningError(
+                f"job {self.job.name!r} range {data_range.start!r} has run as "
+                f"{data_range.start!r}..{end!r} (job_log); a range keeps its bounds once it has "
+                f"run, so it cannot run to {data_range.end!r}: run it with its end (or none)"
+            )
+        return replace(data_range, end=end)
+
+    def _record_end(self, data_range: DataRange, claim: Claim) -> DataRange:
+        """The range with its end decided, when it has none (the head range: a Kafka
+        range's offsets, an id range's max id, read from the source now), and recorded in
+        job_log before a row is read, so that whatever runs the range next reads this same
+        slice. A source without `range_end` decides its end as it reads."""
+        decide = getattr(self.job.source, "range_end", None)
+        if data_range.end is not None or decide is None:
+            return data_range
+        end = decide(data_range)
+        if end is None:
+            return data_range
+        self.log.record_end(claim.job_id, end, run_id=claim.run_id)
+        return replace(data_range, end=end)
+
+    @property
+    def holder(self) -> str:
+        """The holder name of the hot deltas this job opens."""
+        return self.writes.holder
+
+    @staticmethod
+    def _discard(hot: HotDelta | None) -> None:
+        if hot is not None and hot.is_open:
+            hot.rollback()
+
+    def _record_failure(self, claim: Claim, steps: _Steps, exc: BaseException) -> None:
+        error = _one_line(exc)
+        with self.plane.begin() as conn:
+            if self.log.mark_failure(claim.job_id, error, conn=conn, run_id=claim.run_id):
+                for step in steps.failed(error):
+                    self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
+
+
+def _as_planned(requested: DataRange, planned: DataRange) -> DataRange:
+    """The requested range, run as the planner planned the range at its start: due again
+    (an empty or upstream re-run) is a refresh; an end left to the run (`id:100-`, an old
+    partition key) is the planned end, so it stays within the planner's bound."""
+    if planned.refresh:
+        requested = replace(requested, refresh=True)
+    if requested.end is None:
+        requested = replace(requested, end=planned.end)
+    return requested
+
+
+def _backlog_args(planned: DataRange | None) -> dict[str, Any]:
+    """The backlog the range belongs to, recorded in job_log's runtime_args for progress."""
+    if planned is None or planned.backlog is None:
+        return {}
+    return {"backlog_end": planned.backlog.end, "backlog_ranges": planned.backlog.ranges}
+
+
+def _one_line(exc: BaseException) -> str:
+    """What failed, in one line for job_log. An error raised in an executor's Python
+    worker (a source's read) arrives as a PythonException whose first line only says so;
+    its last line is the worker's own error."""
+    text = str(exc).strip()
+    lines = text.splitlines()
+    if isinstance(exc, PythonException) and lines:
+        return lines[-1]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"

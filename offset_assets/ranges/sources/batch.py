@@ -1,0 +1,67 @@
+"""What a source hands the ingestion for one range (`SourceBatch`), and how a source marks
+the records whose values do not fit their declared type (`MALFORMED`).
+
+What a source says about its rows beside them: the order of several rows of one key
+(`order`: a change log's sequence column, a Kafka partition's offsets), the rows that
+delete their key, and the records whose values do not fit: a read that keeps them marks
+them, one that does not fails on the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from offset_assets.ranges.planners import DataRange
+from offset_assets.versioned.writes import StateOrder
+
+# A source record whose values do not fit: null for the others. `source_key` names it (a
+# Kafka message's `topic/partition@offset`, a SQL row's key as JSON), `raw_value` holds it
+# as the source sent it, `reason` says which value does not fit what, in one line.
+MALFORMED = "__malformed"
+MALFORMED_TYPE = T.StructType([T.StructField("source_key", T.StringType()),
+                               T.StructField("raw_value", T.StringType()),
+                               T.StructField("reason", T.StringType())])
+# Characters of a value shown in a reason.
+SHOWN_CHARS = 100
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """The rows of one range and the end reached (None: the range's own end)."""
+
+    df: DataFrame
+    end: str | None
+    row_count: int | None = None  # known without a Spark job when the source counted it
+    # (column, lowest, highest): the values `column` can hold in the range (an id range's).
+    key_range: tuple[str, Any, Any] | None = None
+    # How several rows of one key in the range are ordered (columns of `df`): the last one
+    # gives the key's state. None: the source knows no order, and different states refuse.
+    order: StateOrder | None = None
+    # The rows that delete their key (`sys_op` 1: Kafka tombstones), counted as read, and
+    # the columns such a row holds (a tombstone has no value: its message's key, offsets).
+    deletes: int = 0
+    deletes_keyed_by: tuple[str, ...] = ()
+    # Records of `df` whose values do not fit, marked in its `MALFORMED` column, when the
+    # range was read once and counted. None: `df` has no such column and fails its read on
+    # such a record, naming it.
+    malformed: int | None = None
+    # The same range read once with its malformed records kept, marked and counted: what
+    # a job that quarantines them reads. None: `malformed` is known already, or the
+    # source has no such read.
+    read_marked: Callable[[], SourceBatch] | None = None
+
+
+class RangeSource(Protocol):
+    """Reads a range's rows. A source whose ranges may come without an end (ids, Kafka)
+    also has `range_end(data_range) -> str | None`, the end decided now, which the
+    ingestion records in job_log before it reads; without it the end is the one
+    `read_range` reaches."""
+
+    source_type: str
+
+    def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch: ...
