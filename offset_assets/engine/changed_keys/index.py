@@ -4,7 +4,7 @@ For every input, the versions a run considers are read from the deltas committed
 the input's offset, inclusive (`update_ts >= offset`, the one boundary rule of the
 project): a version committed at exactly the offset is read again and dropped by the
 per-key check `update_ts > process_ts` when it was already processed. v2 reads that
-meta from the meta deltas since the offsets only (see `latest_meta_since`). Keys whose
+meta from the meta deltas since the offsets only (see `latest_meta_of`). Keys whose
 last processing failed are always included (v2 finds them in the meta deltas the control
 plane lists as holding failures), and so are the keys a pending reprocess request still
 covers. A changed row of a reference table marks the
@@ -82,19 +82,15 @@ class ChangedIndex:
         return self.rows.groupBy(*self.transform_keys).agg(F.min(TS_COL).alias(FIRST_TS_COL))
 
 
-def latest_meta_since(meta: VersionedTable, since: float, up_to_delta: int | None) -> DataFrame:
-    """The newest meta version of every key written since `since` (inclusive).
-
-    Why this is enough for v2: a meta row carries the process_ts P of its run and is
-    committed at a commit_ts > P, so every meta row with process_ts >= `since` is in these
-    deltas, and a key's newest version here is its actual meta. A candidate version with
-    update_ts >= `since` whose key has no meta here was not processed after it."""
-    return latest_meta_of(meta, meta.catalog.committed(meta.name, since_ts=since, up_to_delta=up_to_delta))
-
-
 def latest_meta_of(meta: VersionedTable, deltas: Sequence[DeltaInfo], limit: int | None = None) -> DataFrame:
     """The newest meta version (keys, process_ts, is_success) of every key that has one in
-    `deltas`; one partition when the catalog bounds their versions within `limit`."""
+    `deltas`; one partition when the catalog bounds their versions within `limit`.
+
+    Why the meta deltas since the offsets are enough for v2: a meta row carries the
+    process_ts P of its run and is committed at a commit_ts > P, so every meta row with
+    process_ts >= the offset is in those deltas, and a key's newest version there is its
+    actual meta. A candidate version with update_ts >= the offset whose key has no meta
+    there was not processed after it."""
     keys = list(meta.primary_key)
     history = meta.reader.history(deltas).select(*keys, "process_ts", "is_success", SYS_FROM)
     history = one_partition(history, versions_bound(deltas), limit)

@@ -24,8 +24,8 @@ from offset_assets.ranges.planners import DataRange, parse_time
 from offset_assets.ranges.sources.batch import MALFORMED, SourceBatch
 from offset_assets.ranges.sources.slice_tasks import read_once
 from offset_assets.ranges.sources.sql_read import (
-    RangeKind,
     SlicedRead,
+    SliceKind,
     session_parallelism,
     slice_bounds,
     slice_count,
@@ -166,7 +166,7 @@ class SqlTableSource:
             "expected a DATETIME/DATE or epoch seconds"
         )
 
-    def _range_bounds(self, table: sa.Table, data_range: DataRange) -> tuple[sa.Column, RangeKind, Any, Any, str]:
+    def _range_bounds(self, table: sa.Table, data_range: DataRange) -> tuple[sa.Column, SliceKind, Any, Any, str]:
         """The range's column, kind and bounds in the column's terms, and its end as logged."""
         if self.time_column is not None:
             column = self._column(table, self.time_column)

@@ -65,7 +65,9 @@ if TYPE_CHECKING:
 # Below this many rows a slice costs more in connection and task start-up than it saves.
 MIN_ROWS_PER_SLICE = 10_000
 
-RangeKind = Literal["id", "time"]
+# How a SQL range is cut into slices: by id, or by time (not the planners' `RangeKind`,
+# the kind of a job's ranges).
+SliceKind = Literal["id", "time"]
 
 # What converting one value can raise: a processor's parse error, Arrow's refusal.
 _CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, OverflowError)
@@ -110,7 +112,7 @@ def sqlite_file_reader(path: str) -> Callable[[], sqlite3.Connection]:
     return connect
 
 
-def range_condition(column: sa.ColumnElement, kind: RangeKind, lower: Any, upper: Any) -> sa.ColumnElement:
+def range_condition(column: sa.ColumnElement, kind: SliceKind, lower: Any, upper: Any) -> sa.ColumnElement:
     """The one boundary rule of a SQL range and of each of its slices: ids (lower, upper],
     as the id planner hands out ranges ending at the largest id read; times
     [lower, upper), so that a row at a window's end belongs to the next window."""
@@ -119,7 +121,7 @@ def range_condition(column: sa.ColumnElement, kind: RangeKind, lower: Any, upper
     return sa.and_(column >= lower, column < upper)
 
 
-def slice_bounds(kind: RangeKind, lower: Any, upper: Any, slices: int) -> list[Any]:
+def slice_bounds(kind: SliceKind, lower: Any, upper: Any, slices: int) -> list[Any]:
     """`slices` + 1 increasing bounds from `lower` to `upper` (fewer when the range is too
     narrow): consecutive pairs are the slices. The outer bounds are the range's own, so
     the slices, read with `range_condition`, hold exactly the range's rows."""
@@ -200,7 +202,7 @@ class SlicedRead:
     schema: T.StructType
     range_column: str
     range_type: sa.types.TypeEngine
-    kind: RangeKind
+    kind: SliceKind
     bounds: tuple[Any, ...]
     fetch_size: int
     key_columns: tuple[str, ...] = ()  # what names a row in errors and quarantines
