@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from offset_assets.class_archive import with_driver_class_archive
 from offset_assets.config import default_spark_master, default_spark_remote
 from offset_assets.errors import JavaNotFoundError, OffsetAssetsError
+from offset_assets.spark_internals import is_connect_session
 
 MIN_JAVA = 17
 CONNECT_DEFAULT_PORT = 15002
@@ -111,11 +112,6 @@ def check_endpoint(url: str) -> None:
             errors.append(f"{host}:{port}: {exc.strerror or exc}")
     if errors:
         raise SparkUnavailableError(f"Spark endpoint {url} does not answer ({'; '.join(errors)})")
-
-
-def is_connect_session(spark: SparkSession) -> bool:
-    """True for a Spark Connect client session (no JVM, no `sparkContext` in this process)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def is_local_driver(spark: SparkSession) -> bool:

@@ -42,8 +42,6 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import SparkContext
 from pyspark.sql import DataFrame
 
-from offset_assets.spark import is_connect_session
-
 logger = logging.getLogger(__name__)
 
 CHECKED_WITH = ("4.3.0",)
@@ -63,6 +61,13 @@ _CLASSIC_NARROWING = frozenset({"Project", "Filter", "SubqueryAlias", "ResolvedH
 _CONNECT_NARROWING = frozenset({"Filter", "SubqueryAlias", "WithColumnsRenamed", "ToSchema"})
 
 T = TypeVar("T")
+
+
+def is_connect_session(spark: Any) -> bool:
+    """True for a Spark Connect client session (no JVM, no `sparkContext` in this process):
+    PySpark's Connect classes live under `pyspark.sql.connect` (`offset_assets.spark`
+    exports this for every caller)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _reached(internal: str, fallback: str, reach: Callable[[], T]) -> T | None:
