@@ -6,6 +6,8 @@ from typing import Any
 
 from dagster_pyspark import LazyPySparkResource
 
+from bench.posts_world import World, make_world
+from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter import IncrementalEngineResource, OffsetIOManager, OffsetStore
 
 
@@ -17,3 +19,11 @@ def engine_resources(store: OffsetStore, warehouse: str | None = None, **setting
                                        warehouse=warehouse, **settings)
     return {"offset_store": store, "incremental_engine": engine,
             "io_manager": OffsetIOManager(engine=engine)}
+
+
+def three_posts(spark: Any, db_url: str, warehouse: str) -> World:
+    """The posts world of the Dagster tests: two profiles, three posts (two by user 1)."""
+    world = make_world(spark, connect(db_url), warehouse)
+    world.write_profiles([(1, "ann"), (2, "bob")])
+    world.write_posts([(10, 1, "a"), (11, 1, "b"), (12, 2, "c")])
+    return world

@@ -14,23 +14,19 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import DataFrame
 
-from bench.posts_world import ENRICHED, STATS, count_posts, enrich, make_world
+from bench.posts_world import ENRICHED, STATS, count_posts, enrich
 from offset_assets.cli import main
-from offset_assets.control_plane import connect
 from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.dagster_adapter import OffsetStore, incremental_asset
 from offset_assets.dagster_adapter.run_report import iso_utc
 from offset_assets.spark_jobs import count_spark_jobs
-from tests.dagster_resources import engine_resources
+from tests.dagster_resources import engine_resources, three_posts
 
 
 @pytest.fixture
 def world(spark, sqlite_url, warehouse):
-    world = make_world(spark, connect(sqlite_url), warehouse)
-    world.write_profiles([(1, "ann"), (2, "bob")])
-    world.write_posts([(10, 1, "a"), (11, 1, "b"), (12, 2, "c")])
-    return world
+    return three_posts(spark, sqlite_url, warehouse)
 
 
 @pytest.fixture

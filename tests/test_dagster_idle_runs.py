@@ -15,23 +15,19 @@ import dagster as dg
 import pytest
 from pyspark.sql import DataFrame
 
-from bench.posts_world import ENRICHED, STATS, count_posts, enrich, make_world
-from offset_assets.control_plane import connect
+from bench.posts_world import ENRICHED, STATS, count_posts, enrich
 from offset_assets.dagster_adapter import OffsetStore, incremental_asset, on_input_commits
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.pending import idle_result
 from offset_assets.spark_jobs import count_spark_jobs
-from tests.dagster_resources import engine_resources
+from tests.dagster_resources import engine_resources, three_posts
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def world(spark, sqlite_url, warehouse):
-    world = make_world(spark, connect(sqlite_url), warehouse)
-    world.write_profiles([(1, "ann"), (2, "bob")])
-    world.write_posts([(10, 1, "a"), (11, 1, "b"), (12, 2, "c")])
-    return world
+    return three_posts(spark, sqlite_url, warehouse)
 
 
 @pytest.fixture

@@ -16,24 +16,20 @@ from click.testing import CliRunner
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from bench.posts_world import ENRICHED, STATS, count_posts, enrich, make_world, rows_of
+from bench.posts_world import ENRICHED, STATS, count_posts, enrich, rows_of
 from offset_assets.cli import main
-from offset_assets.control_plane import connect
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.dagster_adapter import OffsetStore, incremental_asset, incremental_metadata
 from offset_assets.dagster_adapter.run_report import iso_utc
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.vocabulary import RunMode
-from tests.dagster_resources import engine_resources
+from tests.dagster_resources import engine_resources, three_posts
 
 
 @pytest.fixture
 def world(spark, sqlite_url, warehouse):
-    world = make_world(spark, connect(sqlite_url), warehouse)
-    world.write_profiles([(1, "ann"), (2, "bob")])
-    world.write_posts([(10, 1, "a"), (11, 1, "b"), (12, 2, "c")])
-    return world
+    return three_posts(spark, sqlite_url, warehouse)
 
 
 @pytest.fixture
