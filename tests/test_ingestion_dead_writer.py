@@ -84,7 +84,7 @@ def logged(plane, job_name: str) -> list[tuple]:
 
 @pytest.mark.slow
 @pytest.mark.sigkill
-@pytest.mark.parametrize("point", ["during_write", "inside_commit"])
+@pytest.mark.parametrize("point", ["during_write", pytest.param("inside_commit", marks=pytest.mark.extended)])
 def test_a_sql_range_whose_writer_was_killed_is_taken_over_and_ingested_exactly_once(
         db_url, spark, warehouse, source_url, point):
     plane = connect(db_url)
