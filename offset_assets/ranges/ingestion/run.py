@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 TARGET_TYPE = "versioned_table"
 
+
 @dataclass(frozen=True)
 class RangeResult:
     """How one range run ended (always successfully: failures raise)."""
