@@ -86,8 +86,7 @@ class RunState:
 
     @property
     def full(self) -> bool:
-        """A run over the changed keys (incremental, reprocess, rescan), not a changelist."""
-        return self.requested != RunMode.changelist
+        return self.requested.full
 
     @property
     def reprocesses(self) -> bool:
@@ -96,16 +95,13 @@ class RunState:
 
     @property
     def resets_offsets(self) -> bool:
-        """The run was asked to read every input from the start: its first commit resets
-        the offsets (a reprocess, a rescan)."""
-        return self.requested in (RunMode.reprocess, RunMode.rescan)
+        return self.requested.resets_offsets
 
     @classmethod
     def read(cls, engine: RunEngine, t: Transformation, requested: RunMode,
              change_detection: ChangeDetection) -> RunState:
         """The state of a run of `t` asked `requested`, starting now (the caller holds its lease)."""
-        full, reprocess = requested != RunMode.changelist, requested == RunMode.reprocess
-        resets = requested in (RunMode.reprocess, RunMode.rescan)
+        full, reprocess, resets = requested.full, requested == RunMode.reprocess, requested.resets_offsets
         tid, catalog = t.transformation_id, engine.catalog
         input_names = [inp.name for inp in t.inputs]
         deltas, clock = catalog.snapshot_state(input_names)

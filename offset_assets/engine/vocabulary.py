@@ -78,6 +78,17 @@ class RunMode(StrEnum):
     rescan = "rescan"
     changelist = "changelist"
 
+    @property
+    def full(self) -> bool:
+        """A run over the changed keys (incremental, reprocess, rescan), not a changelist."""
+        return self != RunMode.changelist
+
+    @property
+    def resets_offsets(self) -> bool:
+        """A run that reads every input from the start: its first commit resets the
+        offsets (a reprocess, a rescan)."""
+        return self in (RunMode.reprocess, RunMode.rescan)
+
 
 @dataclass(frozen=True)
 class RunRequest:
