@@ -19,6 +19,7 @@ from pyspark.errors import AnalysisException
 from offset_assets.cli import main
 from offset_assets.config import default_db_url
 from offset_assets.reading.tables import VersionedTables
+from tests.reading_story import write_history
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN = ("SELECT e.post_id, p.name FROM enriched_posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 AS e "
@@ -27,6 +28,12 @@ JOIN = ("SELECT e.post_id, p.name FROM enriched_posts FOR SYSTEM_TIME AS OF DELT
 
 def invoke(*args: str, stdin: str | None = None):
     return CliRunner().invoke(main, list(args), input=stdin)
+
+
+def installed(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The installed `offset-assets` command, run as a user runs it."""
+    return subprocess.run([str(Path(sys.executable).parent / "offset-assets"), *args], cwd=ROOT,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=600)
 
 
 def test_show_prints_the_actual_state_as_spark_reads_it(spark, demo):
@@ -130,3 +137,26 @@ def test_show_and_a_refused_clause_need_no_java_from_a_shell(demo, tmp_path):
     assert refused.returncode == 1
     assert refused.stderr == ("error: FOR SYSTEM_TIME STARTED IN (2, 3) on 'enriched_posts' (line 1, column 30): "
                               "delta 3 is not committed (last committed: 2)\n")
+
+
+def test_sql_prints_two_result_columns_of_one_name_each_with_its_own_values(spark, sqlite_url, warehouse):
+    posts, profiles = write_history(spark, sqlite_url, warehouse)
+    then_and_now = ("SELECT p.post_id, p.text, now.text FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 AS p "
+                    "JOIN posts now ON now.post_id = p.post_id WHERE p.post_id = 1")
+    both_tables = "SELECT * FROM posts p JOIN profiles r ON p.user_id = r.id WHERE p.post_id = 1"
+
+    table = installed("--db-url", sqlite_url, "sql", then_and_now)
+    as_csv = installed("--db-url", sqlite_url, "sql", both_tables, "--format", "csv")
+    as_json = invoke("--db-url", sqlite_url, "sql", then_and_now, "--format", "json")
+
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines() == ["post_id  text  text", "1        a     a3"]
+    assert as_csv.returncode == 0, as_csv.stderr
+    post_ts, profile_ts = posts.delta(4).commit_ts, profiles.delta(1).commit_ts
+    assert list(csv.reader(io.StringIO(as_csv.stdout))) == [
+        ["post_id", "user_id", "text", "sys_from", "sys_to", "sys_op", "update_ts",
+         "id", "name", "sys_from", "sys_to", "sys_op", "update_ts"],
+        ["1", "1", "a3", "4", "", "0", str(post_ts), "1", "ann", "1", "", "0", str(profile_ts)]]
+    # A JSON object holds a key once: the second `text` is numbered.
+    assert as_json.exit_code == 0, as_json.output
+    assert [json.loads(line) for line in as_json.stdout.splitlines()] == [{"post_id": 1, "text": "a", "text_2": "a3"}]

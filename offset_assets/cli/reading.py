@@ -142,18 +142,35 @@ def _quiet_query_context_loggers() -> Iterator[None]:
 def _print(rows: pa.Table, limit: int, fmt: str) -> None:
     shown = rows.slice(0, limit) if limit else rows
     names = shown.column_names
-    records = [[record[name] for name in names] for record in shown.to_pylist()]
+    # Column by column, by position: a join's result may name two columns alike (`a.v`,
+    # `b.v`, or both tables' `sys_from` in `SELECT *`), and rows taken as dicts by name
+    # would print one column's values under both names.
+    records = list(zip(*(column.to_pylist() for column in shown.columns), strict=True))
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(names)
         writer.writerows([["" if v is None else _text(v) for v in record] for record in records])
     elif fmt == "json":
+        keys = json_keys(names)
         for record in records:
-            click.echo(json.dumps(dict(zip(names, record, strict=True)), default=_json_value))
+            click.echo(json.dumps(dict(zip(keys, record, strict=True)), default=_json_value))
     else:
         click.echo(_aligned(names, [[_cell(v) for v in record] for record in records]))
     if limit and rows.num_rows > limit:
         click.echo(f"(the first {limit} rows; --limit N for more, --limit 0 for all)", err=True)
+
+
+def json_keys(names: list[str]) -> list[str]:
+    """The keys of a JSON row: the column names, a repeated one numbered from its second
+    occurrence (`v`, `v_2`), as a JSON object holds each key once."""
+    keys: list[str] = []
+    for name in names:
+        key, n = name, 1
+        while key in keys or (n > 1 and key in names):
+            n += 1
+            key = f"{name}_{n}"
+        keys.append(key)
+    return keys
 
 
 def _aligned(header: list[str], rows: list[list[str]]) -> str:
