@@ -18,6 +18,8 @@ from pyspark.errors import AnalysisException
 
 from offset_assets.cli import main
 from offset_assets.config import default_db_url
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.reading.tables import VersionedTables
 from tests.reading_story import write_history
 
@@ -160,3 +162,36 @@ def test_sql_prints_two_result_columns_of_one_name_each_with_its_own_values(spar
     # A JSON object holds a key once: the second `text` is numbered.
     assert as_json.exit_code == 0, as_json.output
     assert [json.loads(line) for line in as_json.stdout.splitlines()] == [{"post_id": 1, "text": "a", "text_2": "a3"}]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM ²"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '²'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM ٣"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '٣'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 2.5"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '2.5'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 99999999999999999999"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found "
+     "'99999999999999999999'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME STARTED IN (-1, 2)"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 49: expected a delta number, found '-'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME FINISHED IN (, 2)"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 50: expected a delta number, found ','"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF ''"],
+     "FOR SYSTEM_TIME AS OF '' on 'posts' (line 1, column 21): '' is not an ISO 8601 timestamp"),
+    *[(["show", "posts", "--as-of", value],
+       f"table 'posts': as of {value!r}: neither a delta number (ASCII digits) nor an ISO 8601 time")
+      for value in ("²", "٣", "2.5", "-1", "")],
+])
+def test_a_malformed_clause_value_is_refused_in_one_line_before_a_driver_starts(sqlite_url, tmp_path, args, message):
+    # Three committed deltas of `posts` in the catalog: `٣` would name one of them.
+    catalog = DeltaCatalog(connect(sqlite_url))
+    catalog.register_table("posts", ["post_id"], '{"type": "struct", "fields": []}')
+    for _ in range(3):
+        hot = catalog.open_hot("posts", "writer", None, lambda n: str(tmp_path / f"posts-{n}"))
+        catalog.commit([("posts", hot.delta_num, 0, 0)])
+
+    refused = installed("--db-url", sqlite_url, *args, env={"JAVA_HOME": str(tmp_path / "no-java")})
+
+    assert (refused.returncode, refused.stdout, refused.stderr) == (1, "", f"error: {message}\n")

@@ -78,6 +78,13 @@ def test_plain_names_in_a_query_are_defined_around_it_so_its_own_ctes_still_shad
                            "WITH posts AS (SELECT * FROM posts WHERE id > 1) SELECT * FROM posts\n)")
 
 
+def test_a_delta_number_is_ascii_digits_up_to_bigint():
+    parsed = parse_system_time("SELECT 2.5 AS x FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 9223372036854775807", TABLES)
+
+    assert parsed.text == "SELECT 2.5 AS x FROM {_oa_0} AS `posts`"
+    assert reads(parsed) == {"_oa_0": ("posts", ClauseKind.AS_OF_DELTA, 2**63 - 1)}
+
+
 def test_statements_that_are_not_queries_and_queries_without_tables_run_as_written():
     for statement in ("DESCRIBE posts", "SHOW TABLES", "SELECT 1 AS posts_count", "SELECT '{x}'"):
         parsed = parse_system_time(statement, TABLES)
@@ -101,6 +108,21 @@ def test_statements_that_are_not_queries_and_queries_without_tables_run_as_writt
      "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 51: expected ',', found '2'"),
     ("SELECT * FROM posts FOR SYSTEM_TIME FINISHED (1, 2)",
      "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 46: expected IN, found '('"),
+    ("SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM ²",
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '²'"),
+    ("SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM ٣",
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '٣'"),
+    ("SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 2.5",
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '2.5'"),
+    ("SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 1e3",
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '1e3'"),
+    ("SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 9223372036854775808",
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found "
+     "'9223372036854775808'"),
+    ("SELECT * FROM posts FOR SYSTEM_TIME STARTED IN (1, 2.0)",
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 52: expected a delta number, found '2.0'"),
+    ("SELECT * FROM posts FOR SYSTEM_TIME FINISHED IN (, 2)",
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 50: expected a delta number, found ','"),
     ("SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM -1",
      "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '-'"),
     ("SELECT * FROM posts FOR SYSTEM_TIME AS OF",

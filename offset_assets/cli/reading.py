@@ -68,10 +68,10 @@ def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int,
     Spark."""
     from offset_assets.reading.arrow import ArrowRead
     from offset_assets.reading.errors import TableTooLargeError
+    from offset_assets.reading.state import delta_or_time
 
+    as_of_delta, as_of_time = delta_or_time(table, as_of) if as_of is not None else (None, None)
     plane = open_control_plane(obj)
-    as_of_delta = int(as_of) if as_of is not None and as_of.isdigit() else None
-    as_of_time = as_of if as_of_delta is None else None
     try:
         rows = ArrowRead.plan(plane, table, as_of_delta, as_of_time, max_bytes).read()
     except TableTooLargeError as exc:

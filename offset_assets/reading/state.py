@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
@@ -67,6 +68,17 @@ def table_spec(catalog: DeltaCatalog, name: str) -> TableSpec:
         known = ", ".join(catalog.tables()) or "none"
         raise UnknownTableError(f"no versioned table {name!r} in the delta catalog (tables: {known})")
     return spec
+
+
+def delta_or_time(table: str, text: str) -> tuple[int | None, str | None]:
+    """`text` given as "a delta number or a time" (`offset-assets show --as-of`): (the
+    delta, None) for ASCII digits, (None, the time) for ISO 8601 text; refused naming the
+    table and the value otherwise (`²`, `٣`, `2.5`, `-1`, empty)."""
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text), None
+    if parse_timestamp(text, "UTC") is not None:
+        return None, text
+    raise VersionedTableError(table, f"as of {text!r}: neither a delta number (ASCII digits) nor an ISO 8601 time")
 
 
 def parse_timestamp(text: str, time_zone: str) -> float | None:

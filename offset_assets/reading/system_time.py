@@ -46,6 +46,12 @@ NOT_ALIAS = frozenset({
 })
 QUERY_STARTS = frozenset({"SELECT", "WITH", "FROM", "VALUES", "TABLE"})
 _WORD = re.compile(r"\w+")
+# A number with a fraction or an exponent is one token, as in Spark's lexer (`2.5`, `1.5e-3`):
+# `DELTA_NUM 2.5` is refused as `2.5`, not read as delta 2 followed by `.5`.
+_DECIMAL = re.compile(r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?\w*")
+# A delta number: ASCII digits only (`str.isdigit` also takes `²` and `٣`), within BIGINT.
+_DELTA_NUMBER = re.compile(r"[0-9]+")
+MAX_DELTA = 2**63 - 1
 PLACEHOLDER_PREFIX = "_oa_"
 
 
@@ -193,6 +199,9 @@ def tokenize(sql: str) -> list[Token]:
             end = _quoted_end(sql, i)
             tokens.append(Token(TokenKind.QUOTED, sql[i:end], sql[i + 1:end - 1].replace("``", "`"), i, end))
             i = end
+        elif (number := _DECIMAL.match(sql, i)) is not None:
+            tokens.append(Token(TokenKind.WORD, number.group(), number.group(), i, number.end()))
+            i = number.end()
         elif (word := _WORD.match(sql, i)) is not None:
             if word.group() in ("r", "R") and word.end() < n and sql[word.end()] in "'\"":
                 end, value = _string(sql, word.end(), raw=True)
@@ -295,7 +304,8 @@ def _clause(sql: str, tokens: list[Token], at: int, table: str) -> tuple[SystemT
 
     def number(k: int) -> int:
         found = token(k)
-        if found is None or found.kind is not TokenKind.WORD or not found.text.isdigit():
+        if (found is None or found.kind is not TokenKind.WORD or not _DELTA_NUMBER.fullmatch(found.text)
+                or int(found.text) > MAX_DELTA):
             raise fail(k, "a delta number")
         return int(found.text)
 
