@@ -105,7 +105,7 @@ def test_sql_errors_are_one_line_without_a_trace(spark, demo):
 
     assert malformed.exit_code == 1
     assert malformed.stderr == ("error: malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 43: expected "
-                                "DELTA_NUM <n> or '<timestamp>', found 'DELTA'\n")
+                                "DELTA_NUM <n>, '<timestamp>' or LATEST_UNCOMMITTED_DELTA, found 'DELTA'\n")
     assert unresolved.exit_code == 1
     assert unresolved.stderr.startswith("error: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function "
                                         "parameter with name `no_such_column` cannot be resolved.")
@@ -180,6 +180,12 @@ def test_sql_prints_two_result_columns_of_one_name_each_with_its_own_values(spar
      "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 50: expected a delta number, found ','"),
     (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF ''"],
      "FOR SYSTEM_TIME AS OF '' on 'posts' (line 1, column 21): '' is not an ISO 8601 timestamp"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA"],
+     "FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA on 'posts' (line 1, column 21): only the writer holding the "
+     "table's hot delta reads it (VersionedTables.sql(..., hot_deltas=[that HotDelta])); 'posts' has no hot delta"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME STARTED TS ('2026-01-02', '2026-01-01')"],
+     "FOR SYSTEM_TIME STARTED TS ('2026-01-02', '2026-01-01') on 'posts' (line 1, column 21): an empty range: "
+     "'2026-01-02' is after '2026-01-01'"),
     *[(["show", "posts", "--as-of", value],
        f"table 'posts': as of {value!r}: neither a delta number (ASCII digits) nor an ISO 8601 time")
       for value in ("²", "٣", "2.5", "-1", "")],

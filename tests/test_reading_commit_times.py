@@ -38,8 +38,12 @@ def test_each_printed_commit_time_selects_its_own_delta_in_every_read(spark, sql
         return sorted(row["k"] for row in rows)
 
     expected = {n: list(range(1, n + 1)) for n in printed}
-    shown = {n: keys(map(json.loads, installed("--db-url", sqlite_url, "show", "t", "--as-of", printed[n],
-                                               "--format", "json").stdout.splitlines())) for n in printed}
+
+    def shown_as_of(time: str) -> list[int]:
+        shown = installed("--db-url", sqlite_url, "show", "t", "--as-of", time, "--format", "json")
+        return keys(map(json.loads, shown.stdout.splitlines()))
+
+    shown = {n: shown_as_of(printed[n]) for n in printed}
     union = " UNION ALL ".join(f"SELECT {n} AS delta, k FROM t FOR SYSTEM_TIME AS OF '{printed[n]}'" for n in printed)
     through_sql = installed("--db-url", sqlite_url, "sql", union, "--format", "json", "--limit", "0")
     assert through_sql.returncode == 0, through_sql.stderr
@@ -48,8 +52,9 @@ def test_each_printed_commit_time_selects_its_own_delta_in_every_read(spark, sql
         by_sql[row["delta"]].append(row["k"])
     tables = VersionedTables(spark, sqlite_url)
     read = {n: keys(row.asDict() for row in tables.read("t", as_of=printed[n]).collect()) for n in printed}
-    read_epoch = {n: keys(row.asDict() for row in tables.read("t", as_of=objects[n]["commit_ts"]).collect())
-                  for n in printed}
+    read_epoch = {
+        n: keys(row.asDict() for row in tables.read("t", as_of=objects[n]["commit_ts"]).collect()) for n in printed
+    }
     arrow = {n: keys(read_arrow(sqlite_url, "t", as_of=printed[n]).to_pylist()) for n in printed}
     arrow_epoch = {n: keys(read_arrow(sqlite_url, "t", as_of=objects[n]["commit_ts"]).to_pylist()) for n in printed}
 

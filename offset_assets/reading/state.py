@@ -19,7 +19,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, TableSpec
+from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo, TableSpec
+from offset_assets.control_plane.delta_catalog.commit_times import MICROS, microsecond_of
 from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.versioned.errors import VersionedTableError
 
@@ -59,6 +60,13 @@ class CatalogState:
         """The last delta of `table` committed at or before `ts` in this state (0: none)."""
         info = catalog.by_timestamp(table, ts)
         return min(info.delta_num if info is not None else 0, self.last(table))
+
+    def committed_between(self, catalog: DeltaCatalog, table: str, first: float, last: float) -> list[DeltaInfo]:
+        """The deltas of `table` in this state committed from `first` to `last`, both
+        included, compared to the microsecond as `as_of_time` compares (none: [])."""
+        before = catalog.by_timestamp(table, (microsecond_of(first) - 1) / MICROS)
+        low, high = (before.delta_num if before is not None else 0) + 1, self.as_of_time(catalog, table, last)
+        return catalog.committed(table, after_delta=low - 1, up_to_delta=high) if low <= high else []
 
 
 def table_spec(catalog: DeltaCatalog, name: str) -> TableSpec:
