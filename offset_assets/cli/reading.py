@@ -3,10 +3,12 @@ tables, from a shell.
 
 `show` reads a table's actual state without a JVM (`offset_assets.reading.arrow`: the
 catalog and the Parquet files, in seconds), through Spark when its files are beyond what
-that read holds in memory. `sql` runs Spark SQL with Prostore's system-time clauses
-(`VersionedTables.sql`) on the session `OFFSET_ASSETS_SPARK_REMOTE` /
-`OFFSET_ASSETS_SPARK_MASTER` name (a local driver by default). Both print the first
-`--limit` rows as an aligned table, CSV or JSON lines.
+that read holds in memory. `sql` runs Spark SQL with Prostore's system-time clauses on
+DuckDB embedded in the process (`offset_assets.reading.duckdb_sql`, no JVM) when the
+tables are local and small, else with `VersionedTables.sql` on the session
+`OFFSET_ASSETS_SPARK_REMOTE` / `OFFSET_ASSETS_SPARK_MASTER` name (a local driver by
+default); `--engine` chooses. Both print the first `--limit` rows as an aligned table,
+CSV or JSON lines. Neither imports PySpark or Dagster unless Spark runs the query.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
+ENGINES = ("auto", "duckdb", "spark")
 # What `show` reads without a JVM (the no-JVM read's own default: 256 MiB of files).
 DEFAULT_MAX_BYTES = 256 << 20
 DEFAULT_LIMIT = 20
@@ -84,18 +87,42 @@ def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int,
 @click.argument("query", callback=_query_text)
 @limit_option
 @format_option
+@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+              help="duckdb: embedded, no JVM, the tables held in memory; spark: a Spark driver (or the Connect "
+              "server the environment names); auto: duckdb when every table's files are on this machine and the "
+              "catalog counts at most 2,000,000 versions, else spark (and spark when duckdb cannot run the query).")
 @click.pass_obj
 @clear_errors
-def sql_command(obj: dict[str, Any], query: str, limit: int, fmt: str) -> None:
+def sql_command(obj: dict[str, Any], query: str, limit: int, fmt: str, engine: str) -> None:
     """Run Spark SQL QUERY ("-": read it from standard input) over the versioned tables
     and print its rows. A table's name means its actual state; per table reference,
-    FOR SYSTEM_TIME AS OF DELTA_NUM n, AS OF '<timestamp>' (UTC), STARTED IN (d1, d2) and
-    FINISHED IN (d1, d2) select its history. The whole query reads one committed state."""
-    from offset_assets.reading.tables import check_query
+    FOR SYSTEM_TIME AS OF DELTA_NUM n, AS OF '<timestamp>' (UTC), STARTED IN (d1, d2),
+    FINISHED IN (d1, d2), STARTED TS ('t1', 't2') and FINISHED TS ('t1', 't2') select its
+    history. The whole query reads one committed state; a statement that writes is refused."""
+    from offset_assets.reading.arrow_types import UnsupportedTypeError
+    from offset_assets.reading.clause_checks import check_query
+    from offset_assets.reading.duckdb_sql import choose_engine, duckdb_sql
+    from offset_assets.reading.errors import EmbeddedQueryError, TableTooLargeError
+    from offset_assets.reading.statements import check_reads_only
 
     plane = open_control_plane(obj)
-    check_query(plane, query)  # a mistyped clause is refused before a driver starts
-    _print(_spark_rows(lambda tables: tables.sql(query), plane, limit), limit, fmt)
+    check_reads_only(query)
+    check_query(plane, query)  # a mistyped clause is refused before any engine starts
+    chosen = choose_engine(plane, query) if engine == "auto" else engine
+    if chosen == "duckdb":
+        try:
+            rows = duckdb_sql(plane, query)
+        except (EmbeddedQueryError, TableTooLargeError, UnsupportedTypeError) as exc:
+            if engine == "duckdb":
+                raise
+            # A query DuckDB cannot run (Spark's own functions, or a mistake) is Spark's to
+            # run or refuse, with Spark's one line; tables DuckDB cannot hold are said.
+            if not isinstance(exc, EmbeddedQueryError):
+                click.echo(f"{exc}: running it on Spark", err=True)
+            rows = _spark_rows(lambda tables: tables.sql(query), plane, limit)
+    else:
+        rows = _spark_rows(lambda tables: tables.sql(query), plane, limit)
+    _print(rows, limit, fmt)
 
 
 def _spark_rows(frame_of: Any, plane: Any, limit: int) -> pa.Table:
