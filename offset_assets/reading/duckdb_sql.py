@@ -28,7 +28,7 @@ from offset_assets.reading.errors import EmbeddedQueryError
 from offset_assets.reading.sql_tokens import tokenize
 from offset_assets.reading.state import CatalogState, parse_timestamp
 from offset_assets.reading.statements import check_reads_only
-from offset_assets.reading.system_time import ClauseKind, SystemTimeClause, parse_system_time
+from offset_assets.reading.system_time import PLACEHOLDER_PREFIX, ClauseKind, SystemTimeClause, parse_system_time
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT
 
 __all__ = ["LOCAL_VERSIONS_LIMIT", "choose_engine", "duckdb_sql"]
@@ -54,13 +54,15 @@ def duckdb_sql(plane: ControlPlane | str, query: str, max_bytes: int | None = DE
     catalog = DeltaCatalog(plane)
     if tokenize(query)[0].text.upper() in LOOKS_AT_SPARK:
         raise EmbeddedQueryError("DESCRIBE, SHOW and EXPLAIN look at Spark's catalog and plans: run them on Spark")
-    parsed = parse_system_time(query, catalog.tables())
+    # The tables named without a clause are registered under their own names, so a CTE of
+    # the query's own shadows one as in Spark (sqlglot merges nested WITH lists).
+    parsed = parse_system_time(query, catalog.tables(), plain_as_ctes=False)
     state = CatalogState.pin(catalog, parsed.tables)
     relations = {
         placeholder: _clause_read(catalog, state, table, clause, max_bytes)
         for placeholder, (table, clause) in parsed.reads.items()
     }
-    text = _duckdb_text(parsed.text.format(**{placeholder: placeholder for placeholder in relations}))
+    text = _duckdb_text(parsed.text.format(**{name: name for name in relations if name.startswith(PLACEHOLDER_PREFIX)}))
     import duckdb  # here: a process that never runs this path does not load it
 
     with duckdb.connect() as con:

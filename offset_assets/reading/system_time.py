@@ -99,10 +99,12 @@ class SystemTimeQuery:
         return sorted({table for table, _ in self.reads.values()})
 
 
-def parse_system_time(sql: str, table_names: Collection[str]) -> SystemTimeQuery:
+def parse_system_time(sql: str, table_names: Collection[str], plain_as_ctes: bool = True) -> SystemTimeQuery:
     """`sql` with its system-time clauses and the versioned tables of `table_names` it
     names taken out as placeholders; `SystemTimeError` for a malformed clause or one on a
-    name that is not in `table_names`."""
+    name that is not in `table_names`. With `plain_as_ctes` False, the tables named
+    without a clause are left as written, each a read keyed by its own name: an engine
+    that registers them under those names (DuckDB) needs no common table expressions."""
     tokens = tokenize(sql)
     by_lower = {name.lower(): name for name in table_names}
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in `sql`
@@ -136,6 +138,9 @@ def parse_system_time(sql: str, table_names: Collection[str]) -> SystemTimeQuery
         i = end
     plain = sorted({by_lower[t.value.lower()] for n, t in enumerate(tokens)
                     if n not in in_clauses and t.is_identifier and t.value.lower() in by_lower})
+    if not plain_as_ctes:
+        reads.update({table: (table, None) for table in plain})
+        return SystemTimeQuery(_apply(sql, edits), reads)
     wrap = bool(plain) and _is_query(tokens)
     if not edits and not wrap:
         return SystemTimeQuery(sql)
