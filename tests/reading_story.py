@@ -92,7 +92,9 @@ def clause_reads(spark: SparkSession, db_url: str, warehouse: str) -> dict[str, 
     """{query: [rows through SQL, rows through VersionedTable]} for every clause over the
     history (as of deltas before, at and after the compaction; times before the first
     commit, between two, across the compaction, after the last; ranges of one delta,
-    across the compaction and the whole history), a join, and the actual state."""
+    across the compaction and the whole history; ranges of commit times: two deltas' own
+    times, around the whole history, and a moment between two commits, which holds none),
+    a join, and the actual state."""
     posts, profiles = write_history(spark, db_url, warehouse)
     tables = VersionedTables(spark, db_url)
     times = [posts.delta(n).commit_ts for n in range(1, len(POSTS_HISTORY) + 1)]
@@ -109,6 +111,13 @@ def clause_reads(spark: SparkSession, db_url: str, warehouse: str) -> dict[str, 
         compared[query] = (tables.sql(query), posts.read_started_in(d1, d2))
         query = f"SELECT * FROM posts FOR SYSTEM_TIME FINISHED IN ({d1}, {d2})"
         compared[query] = (tables.sql(query), posts.read_finished_in(d1, d2))
+    between = utc_text((times[0] + times[1]) / 2)
+    for first, last, deltas in ((utc_text(times[1]), utc_text(times[2]), (2, 3)),
+                                (utc_text(times[0] - 60), utc_text(times[-1] + 60), (1, 5)), (between, between, None)):
+        for clause, read in (("STARTED", posts.reader.started_in), ("FINISHED", posts.reader.finished_in)):
+            query = f"SELECT * FROM posts FOR SYSTEM_TIME {clause} TS ('{first}', '{last}')"
+            compared[query] = (tables.sql(query), read(posts.catalog.committed("posts")[deltas[0] - 1:deltas[1]]
+                                                       if deltas else []))
     old, names = posts.read_actual(as_of_delta=2).alias("p"), profiles.read_actual().alias("r")
     query = ("SELECT p.post_id, p.text, profiles.name FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 2 AS p "
              "LEFT JOIN profiles ON p.user_id = profiles.id")

@@ -18,7 +18,10 @@ from pyspark.errors import AnalysisException
 
 from offset_assets.cli import main
 from offset_assets.config import default_db_url
+from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.reading.tables import VersionedTables
+from tests.reading_story import write_history
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN = ("SELECT e.post_id, p.name FROM enriched_posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 AS e "
@@ -27,6 +30,12 @@ JOIN = ("SELECT e.post_id, p.name FROM enriched_posts FOR SYSTEM_TIME AS OF DELT
 
 def invoke(*args: str, stdin: str | None = None):
     return CliRunner().invoke(main, list(args), input=stdin)
+
+
+def installed(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The installed `offset-assets` command, run as a user runs it."""
+    return subprocess.run([str(Path(sys.executable).parent / "offset-assets"), *args], cwd=ROOT,
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=600)
 
 
 def test_show_prints_the_actual_state_as_spark_reads_it(spark, demo):
@@ -96,7 +105,7 @@ def test_sql_errors_are_one_line_without_a_trace(spark, demo):
 
     assert malformed.exit_code == 1
     assert malformed.stderr == ("error: malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 43: expected "
-                                "DELTA_NUM <n> or '<timestamp>', found 'DELTA'\n")
+                                "DELTA_NUM <n>, '<timestamp>' or LATEST_UNCOMMITTED_DELTA, found 'DELTA'\n")
     assert unresolved.exit_code == 1
     assert unresolved.stderr.startswith("error: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function "
                                         "parameter with name `no_such_column` cannot be resolved.")
@@ -130,3 +139,65 @@ def test_show_and_a_refused_clause_need_no_java_from_a_shell(demo, tmp_path):
     assert refused.returncode == 1
     assert refused.stderr == ("error: FOR SYSTEM_TIME STARTED IN (2, 3) on 'enriched_posts' (line 1, column 30): "
                               "delta 3 is not committed (last committed: 2)\n")
+
+
+def test_sql_prints_two_result_columns_of_one_name_each_with_its_own_values(spark, sqlite_url, warehouse):
+    posts, profiles = write_history(spark, sqlite_url, warehouse)
+    then_and_now = ("SELECT p.post_id, p.text, now.text FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 AS p "
+                    "JOIN posts now ON now.post_id = p.post_id WHERE p.post_id = 1")
+    both_tables = "SELECT * FROM posts p JOIN profiles r ON p.user_id = r.id WHERE p.post_id = 1"
+
+    table = installed("--db-url", sqlite_url, "sql", then_and_now)
+    as_csv = installed("--db-url", sqlite_url, "sql", both_tables, "--format", "csv")
+    as_json = invoke("--db-url", sqlite_url, "sql", then_and_now, "--format", "json")
+
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines() == ["post_id  text  text", "1        a     a3"]
+    assert as_csv.returncode == 0, as_csv.stderr
+    post_ts, profile_ts = posts.delta(4).commit_ts, profiles.delta(1).commit_ts
+    assert list(csv.reader(io.StringIO(as_csv.stdout))) == [
+        ["post_id", "user_id", "text", "sys_from", "sys_to", "sys_op", "update_ts",
+         "id", "name", "sys_from", "sys_to", "sys_op", "update_ts"],
+        ["1", "1", "a3", "4", "", "0", str(post_ts), "1", "ann", "1", "", "0", str(profile_ts)]]
+    # A JSON object holds a key once: the second `text` is numbered.
+    assert as_json.exit_code == 0, as_json.output
+    assert [json.loads(line) for line in as_json.stdout.splitlines()] == [{"post_id": 1, "text": "a", "text_2": "a3"}]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM ²"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '²'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM ٣"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '٣'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 2.5"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found '2.5'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 99999999999999999999"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 53: expected a delta number, found "
+     "'99999999999999999999'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME STARTED IN (-1, 2)"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 49: expected a delta number, found '-'"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME FINISHED IN (, 2)"],
+     "malformed FOR SYSTEM_TIME clause on 'posts' at line 1, column 50: expected a delta number, found ','"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF ''"],
+     "FOR SYSTEM_TIME AS OF '' on 'posts' (line 1, column 21): '' is not an ISO 8601 timestamp"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA"],
+     "FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA on 'posts' (line 1, column 21): only the writer holding the "
+     "table's hot delta reads it (VersionedTables.sql(..., hot_deltas=[that HotDelta])); 'posts' has no hot delta"),
+    (["sql", "SELECT * FROM posts FOR SYSTEM_TIME STARTED TS ('2026-01-02', '2026-01-01')"],
+     "FOR SYSTEM_TIME STARTED TS ('2026-01-02', '2026-01-01') on 'posts' (line 1, column 21): an empty range: "
+     "'2026-01-02' is after '2026-01-01'"),
+    *[(["show", "posts", "--as-of", value],
+       f"table 'posts': as of {value!r}: neither a delta number (ASCII digits) nor an ISO 8601 time")
+      for value in ("²", "٣", "2.5", "-1", "")],
+])
+def test_a_malformed_clause_value_is_refused_in_one_line_before_a_driver_starts(sqlite_url, tmp_path, args, message):
+    # Three committed deltas of `posts` in the catalog: `٣` would name one of them.
+    catalog = DeltaCatalog(connect(sqlite_url))
+    catalog.register_table("posts", ["post_id"], '{"type": "struct", "fields": []}')
+    for _ in range(3):
+        hot = catalog.open_hot("posts", "writer", None, lambda n: str(tmp_path / f"posts-{n}"))
+        catalog.commit([("posts", hot.delta_num, 0, 0)])
+
+    refused = installed("--db-url", sqlite_url, *args, env={"JAVA_HOME": str(tmp_path / "no-java")})
+
+    assert (refused.returncode, refused.stdout, refused.stderr) == (1, "", f"error: {message}\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 
 import pytest
@@ -193,10 +192,42 @@ def test_commit_ts_strictly_increases_even_when_the_clock_steps_back(catalog, mo
         with monkeypatch.context() as patch:
             patch.setattr("offset_assets.control_plane.delta_catalog.transaction.time.time", lambda now=now: now)
             stamps.append(catalog.commit([(table, hot.delta_num, 0, 0)]))
-    assert stamps[0] == 1000.0
-    assert stamps[1] == math.nextafter(1000.0, math.inf)
-    assert stamps[2] == math.nextafter(stamps[1], math.inf)
-    assert stamps[3] == 1500.0
+    # A microsecond after the last commit when the clock is not later.
+    assert stamps == [1000.0, 1000.000001, 1000.000002, 1500.0]
+
+
+def test_commit_times_are_whole_microseconds_after_a_clock_stored_with_finer_digits(catalog, monkeypatch):
+    # A clock value from before the rule (a system time with digits below the microsecond).
+    with catalog.plane.begin() as conn:
+        conn.execute(commit_clock.update().values(last_commit_ts=1767225600.1234567))
+    stamps = []
+    for now in [1767225600.1234561, 1767225600.9876543, 1767225601.5000004]:
+        hot = _open(catalog)
+        with monkeypatch.context() as patch:
+            patch.setattr("offset_assets.control_plane.delta_catalog.transaction.time.time", lambda now=now: now)
+            stamps.append(catalog.commit([("orders", hot.delta_num, 1, 0)]))
+
+    assert stamps == [1767225600.123458, 1767225600.987654, 1767225601.5]
+    # Each stored double is the one its printed microsecond parses back to.
+    assert [d.commit_ts for d in catalog.committed("orders")] == stamps
+
+
+def test_a_time_selects_the_deltas_committed_in_its_microsecond_or_before(catalog):
+    with catalog.plane.begin() as conn:  # times stored before the rule, with digits below the microsecond
+        for n, ts in enumerate([1767225600.1234562, 1767225600.1234567, 1767225600.9999996], start=1):
+            conn.execute(table_delta.insert().values(table_name="orders", delta_num=n, status="committed",
+                                                     opened_at=ts, commit_ts=ts, data_path=f"/p{n}",
+                                                     rows_upserted=1, rows_deleted=0))
+
+    def selected(ts: float) -> int | None:
+        found = catalog.by_timestamp("orders", ts)
+        return found.delta_num if found else None
+
+    # As printed: .123456 (delta 1), .123457 (delta 2), 1767225601.000000 (delta 3).
+    assert [selected(ts) for ts in (1767225600.123455, 1767225600.123456, 1767225600.123457)] == [None, 1, 2]
+    assert [selected(ts) for ts in (1767225600.999999, 1767225601.0)] == [2, 3]
+    # A time between two microseconds is the microsecond it rounds to.
+    assert [selected(ts) for ts in (1767225600.1234562, 1767225600.1234568)] == [1, 2]
 
 
 def test_delta_lookups_by_number_timestamp_and_range(catalog):

@@ -57,6 +57,9 @@ def test_every_system_time_clause_through_sql_equals_the_versioned_tables_read(s
     # The keys deleted in the whole history, their tombstones holding the deleted data.
     assert read["SELECT * FROM posts FOR SYSTEM_TIME FINISHED IN (1, 5)"] == [
         [2, "b", 2, 3], [3, "c", 3, None], [6, "f", 5, None]]
+    # By commit time: deltas 2..3 (their own printed times), all five, none (a moment between two commits).
+    by_time = [query for query in compared if " TS (" in query]
+    assert [len(compared[query][0]) for query in by_time] == [3, 2, 11, 3, 0, 0]
     join = next(query for query in compared if "JOIN" in query)
     assert [[row["post_id"], row["name"]] for row in compared[join][0]] == [
         [1, "ann"], [3, "bobby"], [4, "bobby"], [5, "cy"], [6, "cy"]]
@@ -197,3 +200,34 @@ def test_a_clause_naming_a_delta_or_time_that_is_not_there_is_one_line_naming_it
         tables.sql(query)
 
     assert str(refused.value) == message
+
+
+def test_the_writer_holding_the_hot_delta_reads_the_state_it_leaves_and_another_reader_is_told_whose_it_is(
+        spark, sqlite_url, warehouse):
+    posts, _profiles = write_history(spark, sqlite_url, warehouse, posts_deltas=2)
+    tables = VersionedTables(spark, sqlite_url)
+    query = "SELECT post_id, text, sys_from, update_ts FROM posts FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA"
+    hot = posts.open_delta(holder="loader-1")
+
+    nothing_written = rows(tables.sql(query, hot_deltas=[hot]))
+    hot.write(local_frame(spark, POSTS_HISTORY[2], POSTS_OP))  # delta 3: post 3 deleted, post 4 changed
+    written = rows(tables.sql(query, hot_deltas=[hot]))
+    with pytest.raises(SystemTimeError) as without_it:
+        tables.sql(query)
+    hot.commit()
+    committed = rows(tables.sql("SELECT post_id, text, sys_from, update_ts FROM posts"))
+
+    t1, t2, t3 = (posts.delta(n).commit_ts for n in (1, 2, 3))
+    assert nothing_written == [[1, "a2", 2, t2], [3, "c", 1, t1], [4, "d", 1, t1], [5, "e", 1, t1], [6, "f", 2, t2]]
+    # The versions of the hot delta have no commit time yet; once committed they have its own.
+    assert written == [[1, "a2", 2, t2], [4, "d2", 3, None], [5, "e", 1, t1], [6, "f", 2, t2]]
+    assert committed == [[1, "a2", 2, t2], [4, "d2", 3, t3], [5, "e", 1, t1], [6, "f", 2, t2]]
+    assert str(without_it.value) == (
+        "FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA on 'posts' (line 1, column 54): only the writer holding the "
+        "table's hot delta reads it (VersionedTables.sql(..., hot_deltas=[that HotDelta])); the hot delta of 'posts' "
+        "(3) is held by loader-1")
+    with pytest.raises(VersionedTableError, match=r"^table 'posts': HotDelta\('posts', 3, committed\) is no longer "
+                                                  r"open: only an open hot delta is read$"):
+        tables.sql(query, hot_deltas=[hot])
+    with pytest.raises(SystemTimeError, match=r"'posts' has no hot delta$"):
+        tables.sql(query)

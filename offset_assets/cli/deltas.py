@@ -65,6 +65,7 @@ def deltas_command(obj: dict[str, Any], table: str, limit: int | None, as_json: 
                         "delta_num": delta.delta_num,
                         "status": delta.status,
                         "commit_ts": delta.commit_ts,
+                        "committed_at": iso_utc(delta.commit_ts) if delta.commit_ts is not None else None,
                         "rows_upserted": delta.rows_upserted,
                         "rows_deleted": delta.rows_deleted,
                         "run_id": delta.run_id,

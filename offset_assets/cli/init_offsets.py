@@ -6,20 +6,22 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from pyspark.sql import SparkSession
 
 from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.offsets import iso_utc, require_known
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.offsets import OffsetRepository
-from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.errors import TransformationDefinitionError
-from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
-from offset_assets.versioned.registered import open_registered_table
-from offset_assets.versioned.table import VersionedTable
+
+# The engine and Spark are imported by the command that uses them: every command of the
+# CLI loads this module, and `show` or `sql` must not pay for PySpark's import.
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from offset_assets.versioned.table import VersionedTable
 
 JVM_LOG = Path(tempfile.gettempdir()) / "offset-assets-cli-spark.log"
 QUIET_LOG4J2 = """\
@@ -34,6 +36,9 @@ appender.console.layout.pattern = %p %c{1}: %m%n
 
 
 def _registered(spark: SparkSession, plane: ControlPlane, name: str, warehouse: str) -> VersionedTable:
+    from offset_assets.engine.errors import TransformationDefinitionError
+    from offset_assets.versioned.registered import open_registered_table
+
     table = open_registered_table(spark, plane, name, warehouse)
     if table is None:
         raise TransformationDefinitionError(f"table {name!r} is not registered in the delta catalog")
@@ -50,6 +55,8 @@ def _parse_reference(text: str) -> tuple[str, str, str]:
 
 
 def _not_runnable(**_frames):  # noqa: ANN202
+    from offset_assets.engine.errors import TransformationDefinitionError
+
     raise TransformationDefinitionError("a transformation rebuilt by the CLI can only initialise offsets")
 
 
@@ -68,6 +75,10 @@ def init_offsets(obj: dict, transformation: str, inputs: tuple[str, ...], refere
 
     Never lowers an existing offset. Inputs default to those that already have offsets.
     """
+    from offset_assets.engine import IncrementalEngine
+    from offset_assets.engine.errors import TransformationDefinitionError
+    from offset_assets.engine.transformation import Transformation, TransformInput, meta_table_name
+
     plane = open_control_plane(obj)
     require_known(plane, transformation)
     warehouse = warehouse or default_warehouse()

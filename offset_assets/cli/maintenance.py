@@ -8,7 +8,7 @@ references (see `offset_assets.versioned.maintenance`).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,8 +24,9 @@ from offset_assets.versioned.maintenance import (
     cleanup,
     maintain,
 )
-from offset_assets.versioned.registered import open_registered_table
-from offset_assets.versioned.table import VersionedTable
+
+if TYPE_CHECKING:  # Spark is imported by the commands that use it, not by `show` or `sql`
+    from offset_assets.versioned.table import VersionedTable
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -43,6 +44,7 @@ def _open(plane: ControlPlane, name: str, warehouse: str) -> VersionedTable:
     """The registered table `name`, refused when its files are not under `warehouse`
     (a snapshot written there would be readable, but cleanup would look elsewhere)."""
     from offset_assets.spark import get_spark_session
+    from offset_assets.versioned.registered import open_registered_table
 
     catalog = DeltaCatalog(plane)
     table = open_registered_table(get_spark_session, plane, name, warehouse)

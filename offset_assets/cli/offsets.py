@@ -21,10 +21,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
-from offset_assets.engine.transformation import meta_table_name
 from offset_assets.errors import OffsetAssetsError
-
-META_PREFIX = meta_table_name("")
 
 
 class UnknownTransformationError(OffsetAssetsError):
@@ -74,8 +71,12 @@ def known_transformations(plane: ControlPlane) -> list[str]:
     """Transformations this control plane knows: those with offsets or with a meta table
     (a transformation that ran, even if it has no offset now)."""
     with_offsets = {s["transformation_id"] for s in OffsetRepository(plane).get_statistics()}
-    with_meta = {name.removeprefix(META_PREFIX) for name in DeltaCatalog(plane).tables()
-                 if name.startswith(META_PREFIX)}
+    # Imported here: the engine imports PySpark, which a reading command must not pay for.
+    from offset_assets.engine.transformation import meta_table_name
+
+    meta_prefix = meta_table_name("")
+    with_meta = {name.removeprefix(meta_prefix) for name in DeltaCatalog(plane).tables()
+                 if name.startswith(meta_prefix)}
     return sorted(with_offsets | with_meta)
 
 

@@ -3,10 +3,12 @@ tables, from a shell.
 
 `show` reads a table's actual state without a JVM (`offset_assets.reading.arrow`: the
 catalog and the Parquet files, in seconds), through Spark when its files are beyond what
-that read holds in memory. `sql` runs Spark SQL with Prostore's system-time clauses
-(`VersionedTables.sql`) on the session `OFFSET_ASSETS_SPARK_REMOTE` /
-`OFFSET_ASSETS_SPARK_MASTER` name (a local driver by default). Both print the first
-`--limit` rows as an aligned table, CSV or JSON lines.
+that read holds in memory. `sql` runs Spark SQL with Prostore's system-time clauses on
+DuckDB embedded in the process (`offset_assets.reading.duckdb_sql`, no JVM) when the
+tables are local and small, else with `VersionedTables.sql` on the session
+`OFFSET_ASSETS_SPARK_REMOTE` / `OFFSET_ASSETS_SPARK_MASTER` name (a local driver by
+default); `--engine` chooses. Both print the first `--limit` rows as an aligned table,
+CSV or JSON lines. Neither imports PySpark or Dagster unless Spark runs the query.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
+ENGINES = ("auto", "duckdb", "spark")
 # What `show` reads without a JVM (the no-JVM read's own default: 256 MiB of files).
 DEFAULT_MAX_BYTES = 256 << 20
 DEFAULT_LIMIT = 20
@@ -68,10 +71,10 @@ def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int,
     Spark."""
     from offset_assets.reading.arrow import ArrowRead
     from offset_assets.reading.errors import TableTooLargeError
+    from offset_assets.reading.state import delta_or_time
 
+    as_of_delta, as_of_time = delta_or_time(table, as_of) if as_of is not None else (None, None)
     plane = open_control_plane(obj)
-    as_of_delta = int(as_of) if as_of is not None and as_of.isdigit() else None
-    as_of_time = as_of if as_of_delta is None else None
     try:
         rows = ArrowRead.plan(plane, table, as_of_delta, as_of_time, max_bytes).read()
     except TableTooLargeError as exc:
@@ -84,18 +87,42 @@ def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int,
 @click.argument("query", callback=_query_text)
 @limit_option
 @format_option
+@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
+              help="duckdb: embedded, no JVM, the tables held in memory; spark: a Spark driver (or the Connect "
+              "server the environment names); auto: duckdb when every table's files are on this machine and the "
+              "catalog counts at most 2,000,000 versions, else spark (and spark when duckdb cannot run the query).")
 @click.pass_obj
 @clear_errors
-def sql_command(obj: dict[str, Any], query: str, limit: int, fmt: str) -> None:
+def sql_command(obj: dict[str, Any], query: str, limit: int, fmt: str, engine: str) -> None:
     """Run Spark SQL QUERY ("-": read it from standard input) over the versioned tables
     and print its rows. A table's name means its actual state; per table reference,
-    FOR SYSTEM_TIME AS OF DELTA_NUM n, AS OF '<timestamp>' (UTC), STARTED IN (d1, d2) and
-    FINISHED IN (d1, d2) select its history. The whole query reads one committed state."""
-    from offset_assets.reading.tables import check_query
+    FOR SYSTEM_TIME AS OF DELTA_NUM n, AS OF '<timestamp>' (UTC), STARTED IN (d1, d2),
+    FINISHED IN (d1, d2), STARTED TS ('t1', 't2') and FINISHED TS ('t1', 't2') select its
+    history. The whole query reads one committed state; a statement that writes is refused."""
+    from offset_assets.reading.arrow_types import UnsupportedTypeError
+    from offset_assets.reading.clause_checks import check_query
+    from offset_assets.reading.duckdb_sql import choose_engine, duckdb_sql
+    from offset_assets.reading.errors import EmbeddedQueryError, TableTooLargeError
+    from offset_assets.reading.statements import check_reads_only
 
     plane = open_control_plane(obj)
-    check_query(plane, query)  # a mistyped clause is refused before a driver starts
-    _print(_spark_rows(lambda tables: tables.sql(query), plane, limit), limit, fmt)
+    check_reads_only(query)
+    check_query(plane, query)  # a mistyped clause is refused before any engine starts
+    chosen = choose_engine(plane, query) if engine == "auto" else engine
+    if chosen == "duckdb":
+        try:
+            rows = duckdb_sql(plane, query)
+        except (EmbeddedQueryError, TableTooLargeError, UnsupportedTypeError) as exc:
+            if engine == "duckdb":
+                raise
+            # A query DuckDB cannot run (Spark's own functions, or a mistake) is Spark's to
+            # run or refuse, with Spark's one line; tables DuckDB cannot hold are said.
+            if not isinstance(exc, EmbeddedQueryError):
+                click.echo(f"{exc}: running it on Spark", err=True)
+            rows = _spark_rows(lambda tables: tables.sql(query), plane, limit)
+    else:
+        rows = _spark_rows(lambda tables: tables.sql(query), plane, limit)
+    _print(rows, limit, fmt)
 
 
 def _spark_rows(frame_of: Any, plane: Any, limit: int) -> pa.Table:
@@ -142,18 +169,35 @@ def _quiet_query_context_loggers() -> Iterator[None]:
 def _print(rows: pa.Table, limit: int, fmt: str) -> None:
     shown = rows.slice(0, limit) if limit else rows
     names = shown.column_names
-    records = [[record[name] for name in names] for record in shown.to_pylist()]
+    # Column by column, by position: a join's result may name two columns alike (`a.v`,
+    # `b.v`, or both tables' `sys_from` in `SELECT *`), and rows taken as dicts by name
+    # would print one column's values under both names.
+    records = list(zip(*(column.to_pylist() for column in shown.columns), strict=True))
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(names)
         writer.writerows([["" if v is None else _text(v) for v in record] for record in records])
     elif fmt == "json":
+        keys = json_keys(names)
         for record in records:
-            click.echo(json.dumps(dict(zip(names, record, strict=True)), default=_json_value))
+            click.echo(json.dumps(dict(zip(keys, record, strict=True)), default=_json_value))
     else:
         click.echo(_aligned(names, [[_cell(v) for v in record] for record in records]))
     if limit and rows.num_rows > limit:
         click.echo(f"(the first {limit} rows; --limit N for more, --limit 0 for all)", err=True)
+
+
+def json_keys(names: list[str]) -> list[str]:
+    """The keys of a JSON row: the column names, a repeated one numbered from its second
+    occurrence (`v`, `v_2`), as a JSON object holds each key once."""
+    keys: list[str] = []
+    for name in names:
+        key, n = name, 1
+        while key in keys or (n > 1 and key in names):
+            n += 1
+            key = f"{name}_{n}"
+        keys.append(key)
+    return keys
 
 
 def _aligned(header: list[str], rows: list[list[str]]) -> str:

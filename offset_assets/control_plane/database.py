@@ -8,6 +8,7 @@ failing on a lock upgrade half-way through a transaction.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from sqlalchemy import URL, Connection, Engine, create_engine, event, inspect
+from sqlalchemy import URL, Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
@@ -237,8 +238,9 @@ def connect(url: str, *, create: bool = True) -> ControlPlane:
         if plane is None:
             plane = ControlPlane(url, _create_engine(url, create=create))
             try:
-                _open_first_connection(plane, require_schema=not create)
-                upgrade_to_head(plane)
+                at_head = _open_first_connection(plane, require_schema=not create)
+                if not at_head:
+                    upgrade_to_head(plane)
             except BaseException:
                 plane.dispose()
                 raise
@@ -246,13 +248,17 @@ def connect(url: str, *, create: bool = True) -> ControlPlane:
         return plane
 
 
-def _open_first_connection(plane: ControlPlane, *, require_schema: bool) -> None:
+def _open_first_connection(plane: ControlPlane, *, require_schema: bool) -> bool:
     """One connection before anything else, so that whatever the driver refuses (a port
     out of range, an unknown `sslmode`, a server that is not there, a file that is not
-    a database) fails here as one error, not half-way through a migration."""
+    a database) fails here as one error, not half-way through a migration. Whether the
+    schema is already at the shipped head: then no migration runs, and Alembic, about
+    half a second of a shell command's start, is not imported."""
     try:
         with plane.engine.connect() as conn:
             has_schema = inspect(conn).has_table(VERSION_TABLE)
+            stored = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() if has_schema \
+                else []
     except (SQLAlchemyError, OSError, ValueError, TypeError) as exc:
         # TypeError and ValueError: connect arguments from the URL's query the driver refuses.
         raise _failure(ControlPlaneUnavailableError, "cannot reach control-plane database", plane.url, exc) from None
@@ -260,6 +266,22 @@ def _open_first_connection(plane: ControlPlane, *, require_schema: bool) -> None
         raise ControlPlaneNotFoundError(
             "no control plane at", plane.masked_url, f"the database has no {VERSION_TABLE} table"
         )
+    return stored == [head_revision()]
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """The newest revision the package ships: the one no other revision names as its
+    `down_revision` (None if the files do not make one line of revisions)."""
+    revisions, parents = set(), set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        source = path.read_text()
+        revision = re.search(r'^revision = "([^"]+)"', source, re.MULTILINE)
+        down = re.search(r'^down_revision = "([^"]+)"', source, re.MULTILINE)
+        revisions.update([revision.group(1)] if revision else [])
+        parents.update([down.group(1)] if down else [])
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
 
 
 def forget(url: str) -> None:

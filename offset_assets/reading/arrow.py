@@ -21,7 +21,6 @@ measured peak against the size on disk. Files are opened through the warehouse's
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,22 +30,20 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from fsspec.implementations.local import LocalFileSystem
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.database import ControlPlane, connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
+from offset_assets.reading.arrow_types import arrow_schema
 from offset_assets.reading.errors import FilesRemovedError, TableTooLargeError
 from offset_assets.reading.state import CatalogState, Instant, epoch_seconds, parse_timestamp, table_spec
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP, SYS_TO, UPDATE_TS, WarehouseFiles
-from offset_assets.versioned.table_schema import file_schema
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEFAULT_MAX_BYTES", "ArrowRead", "read_arrow", "read_pandas"]
+__all__ = ["DEFAULT_MAX_BYTES", "ArrowHistory", "ArrowRead", "read_arrow", "read_pandas"]
 
 DEFAULT_MAX_BYTES = 256 << 20
 
@@ -59,7 +56,7 @@ class ArrowRead:
 
     table: str
     primary_key: list[str]
-    schema: StructType
+    schema: pa.Schema  # the data columns
     delta: int  # the state is as of this committed delta
     snapshot_files: list[tuple[str, int]]  # (path, bytes): rows of the snapshot, one per key
     delta_files: list[tuple[str, int]]  # versions of the deltas after the snapshot
@@ -83,12 +80,19 @@ class ArrowRead:
             raise VersionedTableError(name, "give as_of_delta or as_of, not both")
         plane = connect(plane, create=False) if isinstance(plane, str) else plane
         catalog = DeltaCatalog(plane)
-        spec = table_spec(catalog, name)
+        table_spec(catalog, name)
         state = CatalogState.pin(catalog, [name])
         if as_of is None:
             delta = state.as_of_delta(name, as_of_delta)
         else:
             delta = state.as_of_time(catalog, name, _instant(name, as_of))
+        return cls.at(catalog, name, delta, max_bytes)
+
+    @classmethod
+    def at(cls, catalog: DeltaCatalog, name: str, delta: int, max_bytes: int | None = DEFAULT_MAX_BYTES) -> ArrowRead:
+        """The read of table `name`'s actual state as of committed delta `delta` (a state
+        the caller pinned: `CatalogState`)."""
+        spec = table_spec(catalog, name)
         snapshot = catalog.snapshot_at(name, delta) if delta else None
         stored = snapshot is not None and snapshot.stores_update_ts
         base = snapshot.delta_num if snapshot is not None else 0
@@ -97,20 +101,15 @@ class ArrowRead:
         files = WarehouseFiles()
         snapshot_files = _files(files, name, snapshot.data_path) if snapshot is not None else []
         delta_files = [f for d in after for f in _files(files, name, d.data_path)]
-        planned = cls(name, spec.primary_key, StructType.fromJson(json.loads(spec.schema_json)), delta,
-                      snapshot_files, delta_files, stored, {d.delta_num: d.commit_ts for d in listed},
-                      _arrow_file_system(files, snapshot, after))
-        if max_bytes is not None and planned.bytes_on_disk > max_bytes:
-            raise TableTooLargeError(
-                f"table {name!r}: its actual state is read from {planned.bytes_on_disk:,} bytes of files, "
-                f"above max_bytes={max_bytes:,} for a read without a JVM: read it with Spark "
-                "(VersionedTables, offset-assets sql), or raise max_bytes")
+        planned = cls(name, spec.primary_key, arrow_schema(spec.schema_json), delta, snapshot_files, delta_files,
+                      stored, {d.delta_num: d.commit_ts for d in listed}, _arrow_file_system(files, snapshot, after))
+        _check_size(name, planned.bytes_on_disk, max_bytes)
         return planned
 
     def read(self) -> pa.Table:
         """The actual state: the table's columns, then sys_from, sys_to, sys_op, update_ts,
         typed as Spark's `toArrow()` of the same read types them."""
-        columns = self.schema.fieldNames()
+        columns = self.schema.names
         stored = _file_arrow_schema(self.schema, with_update_ts=True)
         snapshot = self._scan(self.snapshot_files, stored if self.snapshot_stores_update_ts else stored.remove(
             stored.get_field_index(UPDATE_TS)))
@@ -131,27 +130,51 @@ class ArrowRead:
         return result.append_column(SYS_OP, state[SYS_OP]).append_column(UPDATE_TS, update_ts)
 
     def _scan(self, files: list[tuple[str, int]], schema: pa.Schema) -> pa.Table:
-        if not files:
-            return schema.empty_table()
-        parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-        try:
-            return ds.dataset([path for path, _ in files], schema=schema, format=parquet,
-                              filesystem=self.file_system).to_table()
-        except FileNotFoundError as exc:
-            raise FilesRemovedError(
-                f"table {self.table!r}: a file of its state as of delta {self.delta} was removed while this "
-                f"read ran ({str(exc).splitlines()[0][:300]}; cleanup removes a snapshot once a newer one has "
-                "superseded it for longer than its retention): read it again") from None
+        return _scan(self.table, self.delta, self.file_system, files, schema)
 
     def _commit_ts(self, sys_from: pa.ChunkedArray) -> pa.Array:
-        """The commit_ts of each version's delta, looked up by number."""
-        if not self.commit_times:
-            return pa.nulls(len(sys_from), pa.float64())
-        base = min(self.commit_times)
-        times = pa.array([self.commit_times.get(n) for n in range(base, max(self.commit_times) + 1)], pa.float64())
-        positions = pc.subtract(sys_from, base)
-        inside = pc.and_(pc.greater_equal(positions, 0), pc.less(positions, len(times)))
-        return pc.take(times, pc.if_else(inside, positions, pa.scalar(None, pa.int64())))
+        return _commit_ts(self.commit_times, sys_from)
+
+
+@dataclass(frozen=True)
+class ArrowHistory:
+    """A planned read of the versions some committed deltas wrote (`STARTED IN`,
+    `FINISHED IN`): their files, with `sys_to` as history stood at the last of them."""
+
+    table: str
+    primary_key: list[str]
+    schema: pa.Schema  # the data columns
+    deltas: list[DeltaInfo]
+    files: list[tuple[str, int]]
+    file_system: pafs.FileSystem
+
+    @classmethod
+    def at(cls, catalog: DeltaCatalog, name: str, deltas: Sequence[DeltaInfo],
+           max_bytes: int | None = DEFAULT_MAX_BYTES) -> ArrowHistory:
+        spec = table_spec(catalog, name)
+        readable = [d for d in deltas if not d.is_empty]
+        files = WarehouseFiles()
+        planned = cls(name, spec.primary_key, arrow_schema(spec.schema_json), list(deltas),
+                      [f for d in readable for f in _files(files, name, d.data_path)],
+                      _arrow_file_system(files, None, readable))
+        _check_size(name, sum(size for _, size in planned.files), max_bytes)
+        return planned
+
+    def read(self, sys_op: int | None = None) -> pa.Table:
+        """The versions (only those of `sys_op`, when given): the table's columns, then
+        sys_from, sys_to (the key's next version's sys_from - 1 among them), sys_op and
+        update_ts, as `TableReader.history` reads them."""
+        last = self.deltas[-1].delta_num if self.deltas else 0
+        stored = _file_arrow_schema(self.schema, with_update_ts=False)
+        versions = _scan(self.table, last, self.file_system, self.files, stored)
+        order = pc.sort_indices(versions, sort_keys=[(k, "ascending") for k in self.primary_key]
+                                + [(SYS_FROM, "ascending")], null_placement="at_end")
+        versions = versions.take(order)
+        sys_to = _next_version_minus_one(versions, self.primary_key)
+        update_ts = _commit_ts({d.delta_num: d.commit_ts for d in self.deltas}, versions[SYS_FROM])
+        result = versions.select(self.schema.names + [SYS_FROM]).append_column(SYS_TO, sys_to)
+        result = result.append_column(SYS_OP, versions[SYS_OP]).append_column(UPDATE_TS, update_ts)
+        return result if sys_op is None else result.filter(pc.equal(result[SYS_OP], sys_op))
 
 
 def read_arrow(plane: ControlPlane | str, name: str, as_of_delta: int | None = None,
@@ -196,14 +219,62 @@ def _arrow_file_system(files: WarehouseFiles, snapshot: SnapshotInfo | None,
     return pafs.LocalFileSystem() if isinstance(fs, LocalFileSystem) else pafs.PyFileSystem(pafs.FSSpecHandler(fs))
 
 
-def _file_arrow_schema(schema: StructType, with_update_ts: bool) -> pa.Schema:
+def _file_arrow_schema(schema: pa.Schema, with_update_ts: bool) -> pa.Schema:
     """The Arrow types of the files' columns as Spark reads them (data columns, sys_op,
-    sys_from; and update_ts, which snapshots store), every column nullable."""
-    fields = file_schema(schema)
-    arrow = to_arrow_schema(fields, timezone="UTC")
+    sys_from: `table_schema.file_schema`; and update_ts, which snapshots store), every
+    column nullable."""
+    fields = [*schema, pa.field(SYS_OP, pa.int32()), pa.field(SYS_FROM, pa.int64())]
     if with_update_ts:
-        arrow = arrow.append(pa.field(UPDATE_TS, pa.float64()))
-    return pa.schema([f.with_nullable(True) for f in arrow])
+        fields.append(pa.field(UPDATE_TS, pa.float64()))
+    return pa.schema([f.with_nullable(True) for f in fields])
+
+
+def _check_size(table: str, bytes_on_disk: int, max_bytes: int | None) -> None:
+    if max_bytes is not None and bytes_on_disk > max_bytes:
+        raise TableTooLargeError(
+            f"table {table!r}: its actual state is read from {bytes_on_disk:,} bytes of files, "
+            f"above max_bytes={max_bytes:,} for a read without a JVM: read it with Spark "
+            "(VersionedTables, offset-assets sql), or raise max_bytes")
+
+
+def _scan(table: str, delta: int, file_system: pafs.FileSystem, files: list[tuple[str, int]],
+          schema: pa.Schema) -> pa.Table:
+    if not files:
+        return schema.empty_table()
+    parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    try:
+        return ds.dataset([path for path, _ in files], schema=schema, format=parquet,
+                          filesystem=file_system).to_table()
+    except FileNotFoundError as exc:
+        raise FilesRemovedError(
+            f"table {table!r}: a file of its state as of delta {delta} was removed while this "
+            f"read ran ({str(exc).splitlines()[0][:300]}; cleanup removes a snapshot once a newer one has "
+            "superseded it for longer than its retention): read it again") from None
+
+
+def _commit_ts(commit_times: dict[int, float], sys_from: pa.ChunkedArray) -> pa.Array:
+    """The commit_ts of each version's delta, looked up by number."""
+    if not commit_times:
+        return pa.nulls(len(sys_from), pa.float64())
+    base = min(commit_times)
+    times = pa.array([commit_times.get(n) for n in range(base, max(commit_times) + 1)], pa.float64())
+    positions = pc.subtract(sys_from, base)
+    inside = pc.and_(pc.greater_equal(positions, 0), pc.less(positions, len(times)))
+    return pc.take(times, pc.if_else(inside, positions, pa.scalar(None, pa.int64())))
+
+
+def _next_version_minus_one(versions: pa.Table, primary_key: list[str]) -> pa.Array:
+    """For versions sorted by key and sys_from: the next version's sys_from - 1 where the
+    next row is the same key (NULL equals NULL), else null."""
+    if versions.num_rows == 0:
+        return pa.array([], pa.int64())
+    first = None
+    for column in versions.select(primary_key).columns:
+        changed = _differs_from_previous(column.combine_chunks())
+        first = changed if first is None else pc.or_(first, changed)
+    next_is_same_key = pc.invert(pa.concat_arrays([first.slice(1), pa.array([True])]))
+    following = pa.concat_arrays([versions[SYS_FROM].combine_chunks().slice(1), pa.array([None], pa.int64())])
+    return pc.if_else(next_is_same_key, pc.subtract(following, 1), pa.scalar(None, pa.int64()))
 
 
 def _newest_per_key(versions: pa.Table, primary_key: list[str]) -> pa.Array:

@@ -21,3 +21,13 @@ class FilesRemovedError(OffsetAssetsError):
     """Files a read had planned with were removed while it ran (cleanup of a snapshot
     superseded long enough ago); the same read started again plans on the catalog as it
     is now and succeeds."""
+
+
+class WriteRefusedError(OffsetAssetsError, ValueError):
+    """A statement given to a read surface (`VersionedTables.sql`, `offset-assets sql`)
+    that writes, changes the session, or is more than one statement."""
+
+
+class EmbeddedQueryError(OffsetAssetsError):
+    """DuckDB, the embedded engine of `offset-assets sql`, could not read or run a query
+    (its own message, on one line)."""

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from offset_assets.control_plane.delta_catalog import DeltaCatalog, TableSpec
+from offset_assets.control_plane.delta_catalog import DeltaCatalog, DeltaInfo, TableSpec
+from offset_assets.control_plane.delta_catalog.commit_times import MICROS, microsecond_of
 from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.versioned.errors import VersionedTableError
 
@@ -59,6 +61,13 @@ class CatalogState:
         info = catalog.by_timestamp(table, ts)
         return min(info.delta_num if info is not None else 0, self.last(table))
 
+    def committed_between(self, catalog: DeltaCatalog, table: str, first: float, last: float) -> list[DeltaInfo]:
+        """The deltas of `table` in this state committed from `first` to `last`, both
+        included, compared to the microsecond as `as_of_time` compares (none: [])."""
+        before = catalog.by_timestamp(table, (microsecond_of(first) - 1) / MICROS)
+        low, high = (before.delta_num if before is not None else 0) + 1, self.as_of_time(catalog, table, last)
+        return catalog.committed(table, after_delta=low - 1, up_to_delta=high) if low <= high else []
+
 
 def table_spec(catalog: DeltaCatalog, name: str) -> TableSpec:
     """The registered table `name`, or `UnknownTableError` listing the tables there are."""
@@ -67,6 +76,17 @@ def table_spec(catalog: DeltaCatalog, name: str) -> TableSpec:
         known = ", ".join(catalog.tables()) or "none"
         raise UnknownTableError(f"no versioned table {name!r} in the delta catalog (tables: {known})")
     return spec
+
+
+def delta_or_time(table: str, text: str) -> tuple[int | None, str | None]:
+    """`text` given as "a delta number or a time" (`offset-assets show --as-of`): (the
+    delta, None) for ASCII digits, (None, the time) for ISO 8601 text; refused naming the
+    table and the value otherwise (`²`, `٣`, `2.5`, `-1`, empty)."""
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text), None
+    if parse_timestamp(text, "UTC") is not None:
+        return None, text
+    raise VersionedTableError(table, f"as of {text!r}: neither a delta number (ASCII digits) nor an ISO 8601 time")
 
 
 def parse_timestamp(text: str, time_zone: str) -> float | None:

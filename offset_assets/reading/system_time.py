@@ -4,12 +4,14 @@
     ... FROM posts FOR SYSTEM_TIME AS OF '2026-11-28 12:00:00'
     ... FROM posts FOR SYSTEM_TIME STARTED IN (2, 4)    -- versions deltas 2..4 created
     ... FROM posts FOR SYSTEM_TIME FINISHED IN (2, 4)   -- keys deltas 2..4 deleted
+    ... FROM posts FOR SYSTEM_TIME STARTED TS ('2026-11-28', '2026-11-29')   -- by commit time
+    ... FROM posts FOR SYSTEM_TIME FINISHED TS ('2026-11-28', '2026-11-29')
+    ... FROM posts FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA   -- the hot delta, for its writer
 
-The query is split into tokens by Spark's lexical rules (string literals in single or
-double quotes with backslash escapes, raw `R'...'` literals, back-quoted identifiers,
-`--` and nested `/* */` comments), so a clause inside a literal or a comment is text, not
-a clause. Only the clause and the table name before it are read here; everything else
-is Spark SQL and is left to Spark's own parser, which also resolves every name:
+The query is split into tokens by Spark's lexical rules (`sql_tokens.py`), so a clause
+inside a literal or a comment is text, not a clause. Only the clause and the table name
+before it are read here; everything else is Spark SQL and is left to Spark's own parser,
+which also resolves every name:
 
 - each `name FOR SYSTEM_TIME ...` becomes a placeholder (`{_oa_0}`) that
   `spark.sql(text, **frames)` fills with the read's DataFrame, aliased by the table's
@@ -23,7 +25,7 @@ is Spark SQL and is left to Spark's own parser, which also resolves every name:
 A hand-written tokenizer rather than a SQL library: sqlglot (the candidate, with a Spark
 dialect) does not know these clauses either, and to rewrite a query it regenerates the
 whole text from its own tree, which is not the identity on Spark SQL; the tokens Spark's
-lexer makes are few, and the clause grammar is four fixed forms.
+lexer makes are few, and the clause grammar is seven fixed forms.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from offset_assets.reading.errors import SystemTimeError
+from offset_assets.reading.sql_tokens import Token, TokenKind, tokenize
 
-EXPECTED = "AS OF DELTA_NUM <n>, AS OF '<timestamp>', STARTED IN (<d1>, <d2>) or FINISHED IN (<d1>, <d2>)"
+EXPECTED = ("AS OF DELTA_NUM <n>, AS OF '<timestamp>', AS OF LATEST_UNCOMMITTED_DELTA, STARTED IN (<d1>, <d2>), "
+            "FINISHED IN (<d1>, <d2>), STARTED TS ('<t1>', '<t2>') or FINISHED TS ('<t1>', '<t2>')")
 # Words that may follow a table reference without being its alias (Spark's grammar:
 # joins, set operations, the clauses after FROM, a FROM-first query's body).
 NOT_ALIAS = frozenset({
@@ -45,38 +49,20 @@ NOT_ALIAS = frozenset({
     "UNION", "UNPIVOT", "USING", "WHERE", "WINDOW",
 })
 QUERY_STARTS = frozenset({"SELECT", "WITH", "FROM", "VALUES", "TABLE"})
-_WORD = re.compile(r"\w+")
+# A delta number: ASCII digits only (`str.isdigit` also takes `²` and `٣`), within BIGINT.
+_DELTA_NUMBER = re.compile(r"[0-9]+")
+MAX_DELTA = 2**63 - 1
 PLACEHOLDER_PREFIX = "_oa_"
-
-
-class TokenKind(StrEnum):
-    WORD = "word"  # keyword, identifier or number
-    QUOTED = "quoted"  # `back-quoted identifier`
-    STRING = "string"  # 'literal', "literal", R'raw literal'
-    SYMBOL = "symbol"  # any other character
-
-
-@dataclass(frozen=True)
-class Token:
-    kind: TokenKind
-    text: str  # as written
-    value: str  # a quoted identifier's name, a string literal's content, else the text
-    start: int
-    end: int
-
-    def is_word(self, word: str) -> bool:
-        return self.kind is TokenKind.WORD and self.text.upper() == word
-
-    @property
-    def is_identifier(self) -> bool:
-        return self.kind in (TokenKind.WORD, TokenKind.QUOTED)
 
 
 class ClauseKind(StrEnum):
     AS_OF_DELTA = "as of delta"
     AS_OF_TIME = "as of time"
+    AS_OF_UNCOMMITTED = "as of latest uncommitted delta"
     STARTED_IN = "started in"
     FINISHED_IN = "finished in"
+    STARTED_TS = "started ts"
+    FINISHED_TS = "finished ts"
 
 
 @dataclass(frozen=True)
@@ -90,6 +76,7 @@ class SystemTimeClause:
     delta: int | None = None  # AS OF DELTA_NUM
     timestamp: str | None = None  # AS OF '<timestamp>': the literal's content
     deltas: tuple[int, int] | None = None  # STARTED / FINISHED IN (d1, d2)
+    timestamps: tuple[str, str] | None = None  # STARTED / FINISHED TS ('t1', 't2'): the literals' content
 
     def error(self, problem: str) -> SystemTimeError:
         """A `SystemTimeError` naming this clause, its table and its place in the query."""
@@ -112,10 +99,12 @@ class SystemTimeQuery:
         return sorted({table for table, _ in self.reads.values()})
 
 
-def parse_system_time(sql: str, table_names: Collection[str]) -> SystemTimeQuery:
+def parse_system_time(sql: str, table_names: Collection[str], plain_as_ctes: bool = True) -> SystemTimeQuery:
     """`sql` with its system-time clauses and the versioned tables of `table_names` it
     names taken out as placeholders; `SystemTimeError` for a malformed clause or one on a
-    name that is not in `table_names`."""
+    name that is not in `table_names`. With `plain_as_ctes` False, the tables named
+    without a clause are left as written, each a read keyed by its own name: an engine
+    that registers them under those names (DuckDB) needs no common table expressions."""
     tokens = tokenize(sql)
     by_lower = {name.lower(): name for name in table_names}
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in `sql`
@@ -149,6 +138,9 @@ def parse_system_time(sql: str, table_names: Collection[str]) -> SystemTimeQuery
         i = end
     plain = sorted({by_lower[t.value.lower()] for n, t in enumerate(tokens)
                     if n not in in_clauses and t.is_identifier and t.value.lower() in by_lower})
+    if not plain_as_ctes:
+        reads.update({table: (table, None) for table in plain})
+        return SystemTimeQuery(_apply(sql, edits), reads)
     wrap = bool(plain) and _is_query(tokens)
     if not edits and not wrap:
         return SystemTimeQuery(sql)
@@ -167,88 +159,6 @@ def parse_system_time(sql: str, table_names: Collection[str]) -> SystemTimeQuery
 
 def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-# -- tokens ------------------------------------------------------------------------------
-
-
-def tokenize(sql: str) -> list[Token]:
-    """Spark SQL's tokens, comments and white space left out."""
-    tokens: list[Token] = []
-    i, n = 0, len(sql)
-    while i < n:
-        c = sql[i]
-        if c.isspace():
-            i += 1
-        elif sql.startswith("--", i):
-            newline = sql.find("\n", i)
-            i = n if newline < 0 else newline + 1
-        elif sql.startswith("/*", i):
-            i = _comment_end(sql, i)
-        elif c in "'\"":
-            end, value = _string(sql, i, raw=False)
-            tokens.append(Token(TokenKind.STRING, sql[i:end], value, i, end))
-            i = end
-        elif c == "`":
-            end = _quoted_end(sql, i)
-            tokens.append(Token(TokenKind.QUOTED, sql[i:end], sql[i + 1:end - 1].replace("``", "`"), i, end))
-            i = end
-        elif (word := _WORD.match(sql, i)) is not None:
-            if word.group() in ("r", "R") and word.end() < n and sql[word.end()] in "'\"":
-                end, value = _string(sql, word.end(), raw=True)
-                tokens.append(Token(TokenKind.STRING, sql[i:end], value, i, end))
-                i = end
-            else:
-                tokens.append(Token(TokenKind.WORD, word.group(), word.group(), i, word.end()))
-                i = word.end()
-        else:
-            tokens.append(Token(TokenKind.SYMBOL, c, c, i, i + 1))
-            i += 1
-    return tokens
-
-
-def _comment_end(sql: str, i: int) -> int:
-    """The end of the bracketed comment at `i` (they nest in Spark SQL); an unclosed one
-    runs to the end, and Spark's parser reports it."""
-    depth = 0
-    while i < len(sql):
-        if sql.startswith("/*", i):
-            depth, i = depth + 1, i + 2
-        elif sql.startswith("*/", i):
-            depth, i = depth - 1, i + 2
-            if depth == 0:
-                return i
-        else:
-            i += 1
-    return i
-
-
-def _string(sql: str, i: int, raw: bool) -> tuple[int, str]:
-    """(end, content) of the string literal whose quote is at `i`."""
-    quote, j, content = sql[i], i + 1, []
-    while j < len(sql):
-        c = sql[j]
-        if c == "\\" and not raw and j + 1 < len(sql):
-            content.append(sql[j + 1])
-            j += 2
-        elif c == quote:
-            return j + 1, "".join(content)
-        else:
-            content.append(c)
-            j += 1
-    return j, "".join(content)
-
-
-def _quoted_end(sql: str, i: int) -> int:
-    j = i + 1
-    while j < len(sql):
-        if sql[j] == "`":
-            if sql.startswith("``", j):
-                j += 2
-                continue
-            return j + 1
-        j += 1
-    return j
 
 
 # -- clauses -----------------------------------------------------------------------------
@@ -295,13 +205,20 @@ def _clause(sql: str, tokens: list[Token], at: int, table: str) -> tuple[SystemT
 
     def number(k: int) -> int:
         found = token(k)
-        if found is None or found.kind is not TokenKind.WORD or not found.text.isdigit():
+        if (found is None or found.kind is not TokenKind.WORD or not _DELTA_NUMBER.fullmatch(found.text)
+                or int(found.text) > MAX_DELTA):
             raise fail(k, "a delta number")
         return int(found.text)
 
     def clause(end: int, kind: ClauseKind, **values: object) -> tuple[SystemTimeClause, int]:
         text = " ".join(t.text for t in tokens[at:end]).replace("( ", "(").replace(" )", ")").replace(" ,", ",")
         return SystemTimeClause(table, kind, text, _where(sql, tokens[at].start), **values), end
+
+    def timestamp(k: int) -> str:
+        found = token(k)
+        if found is None or found.kind is not TokenKind.STRING:
+            raise fail(k, "a '<timestamp>' literal")
+        return found.value
 
     k = at + 2
     first = token(k)
@@ -313,19 +230,22 @@ def _clause(sql: str, tokens: list[Token], at: int, table: str) -> tuple[SystemT
         if target is not None and target.kind is TokenKind.STRING:
             return clause(k + 3, ClauseKind.AS_OF_TIME, timestamp=target.value)
         if target is not None and target.is_word("LATEST_UNCOMMITTED_DELTA"):
-            raise SystemTimeError(f"FOR SYSTEM_TIME AS OF LATEST_UNCOMMITTED_DELTA on {table!r} "
-                                  f"({_where(sql, tokens[at].start)}): a hot delta is never readable; "
-                                  "only committed deltas are")
-        raise fail(k + 2, "DELTA_NUM <n> or '<timestamp>'")
-    for keyword, kind in (("STARTED", ClauseKind.STARTED_IN), ("FINISHED", ClauseKind.FINISHED_IN)):
+            return clause(k + 3, ClauseKind.AS_OF_UNCOMMITTED)
+        raise fail(k + 2, "DELTA_NUM <n>, '<timestamp>' or LATEST_UNCOMMITTED_DELTA")
+    for keyword, by_delta, by_time in (("STARTED", ClauseKind.STARTED_IN, ClauseKind.STARTED_TS),
+                                       ("FINISHED", ClauseKind.FINISHED_IN, ClauseKind.FINISHED_TS)):
         if first is not None and first.is_word(keyword):
-            word(k + 1, "IN")
+            by_ts = token(k + 1) is not None and token(k + 1).is_word("TS")
+            if not by_ts:
+                word(k + 1, "IN", "IN or TS")
             symbol(k + 2, "(")
-            d1 = number(k + 3)
+            low = timestamp(k + 3) if by_ts else number(k + 3)
             symbol(k + 4, ",")
-            d2 = number(k + 5)
+            high = timestamp(k + 5) if by_ts else number(k + 5)
             symbol(k + 6, ")")
-            return clause(k + 7, kind, deltas=(d1, d2))
+            if by_ts:
+                return clause(k + 7, by_time, timestamps=(low, high))
+            return clause(k + 7, by_delta, deltas=(low, high))
     raise fail(k, EXPECTED)
 
 

@@ -19,17 +19,20 @@ named files, so later commits do not change them, locally and over Spark Connect
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.database import ControlPlane, connect
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
+from offset_assets.reading.clause_checks import check_clause, check_query, uncommitted_refusal
 from offset_assets.reading.errors import FilesRemovedError
 from offset_assets.reading.state import CatalogState, Instant, epoch_seconds, parse_timestamp, table_spec
+from offset_assets.reading.statements import check_reads_only
 from offset_assets.reading.system_time import ClauseKind, SystemTimeClause, parse_system_time
 from offset_assets.versioned.errors import VersionedTableError
+from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.layout import DELTAS_DIR, SNAPSHOTS_DIR
 from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
@@ -108,20 +111,27 @@ class VersionedTables:
             raise VersionedTableError(name, f"since {since!r} is not an ISO 8601 timestamp")
         return table.read_changes_since(ts, up_to_delta=last)
 
-    def sql(self, query: str, args: Mapping[str, Any] | list[Any] | None = None) -> DataFrame:
+    def sql(self, query: str, args: Mapping[str, Any] | list[Any] | None = None,
+            hot_deltas: Sequence[HotDelta] = ()) -> DataFrame:
         """Spark SQL `query`, in which a versioned table's name means its actual state and
         Prostore's clauses select its history, per table reference:
         `FOR SYSTEM_TIME AS OF DELTA_NUM n`, `AS OF '<timestamp>'` (ISO 8601, in the
         session's time zone unless it names an offset), `STARTED IN (d1, d2)` (the
-        versions deltas d1..d2 created) and `FINISHED IN (d1, d2)` (the tombstones of the
-        keys they deleted). The whole query reads one catalog state; planning it starts no
-        Spark job. `args` are Spark's own query parameters."""
+        versions deltas d1..d2 created), `FINISHED IN (d1, d2)` (the tombstones of the
+        keys they deleted), `STARTED TS ('t1', 't2')` and `FINISHED TS ('t1', 't2')` (the
+        same for the deltas committed from t1 to t2), and `AS OF LATEST_UNCOMMITTED_DELTA`
+        (the state a hot delta of `hot_deltas`, which the caller holds, leaves once
+        committed). The whole query reads one catalog state; planning it starts no
+        Spark job. `args` are Spark's own query parameters. A statement that writes is
+        refused (`WriteRefusedError`): this reads."""
+        check_reads_only(query)
         parsed = parse_system_time(query, self.names())
         if not parsed.reads:
             return self.spark.sql(query, args)
         state = CatalogState.pin(self.catalog, parsed.tables)
         tables = {name: self.table(name) for name in parsed.tables}
-        frames = {placeholder: self._clause_read(tables[name], clause, state)
+        hot = {delta.table.name: delta for delta in hot_deltas}
+        frames = {placeholder: self._clause_read(tables[name], clause, state, hot.get(name))
                   for placeholder, (name, clause) in parsed.reads.items()}
         return self.spark.sql(parsed.text, args, **frames)
 
@@ -143,16 +153,26 @@ class VersionedTables:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _clause_read(self, table: VersionedTable, clause: SystemTimeClause | None, state: CatalogState) -> DataFrame:
+    def _clause_read(self, table: VersionedTable, clause: SystemTimeClause | None, state: CatalogState,
+                     hot: HotDelta | None) -> DataFrame:
         last = state.last(table.name)
         if clause is None:
             return table.read_actual(as_of_delta=last)
+        if clause.kind is ClauseKind.AS_OF_UNCOMMITTED:
+            if hot is None:
+                raise uncommitted_refusal(clause, self.catalog)
+            return table.read_latest_uncommitted(hot)
         check_clause(clause, last)
         if clause.kind is ClauseKind.AS_OF_DELTA:
             return table.read_actual(as_of_delta=clause.delta)
         if clause.kind is ClauseKind.AS_OF_TIME:
             ts = self._instant(clause.timestamp)
             return table.read_actual(as_of_delta=state.as_of_time(self.catalog, table.name, ts))
+        if clause.kind in (ClauseKind.STARTED_TS, ClauseKind.FINISHED_TS):
+            first, last_ts = (self._instant(text) for text in clause.timestamps)
+            deltas = state.committed_between(self.catalog, table.name, first, last_ts)
+            started = clause.kind is ClauseKind.STARTED_TS
+            return table.reader.started_in(deltas) if started else table.reader.finished_in(deltas)
         if clause.kind is ClauseKind.STARTED_IN:
             return table.read_started_in(*clause.deltas)
         return table.read_finished_in(*clause.deltas)
@@ -171,35 +191,6 @@ class VersionedTables:
         if newest and marker in newest[0].data_path:
             return newest[0].data_path[:newest[0].data_path.rindex(marker)]
         return self.warehouse
-
-
-def check_clause(clause: SystemTimeClause, last: int) -> None:
-    """Refuse `clause` (`SystemTimeError` naming it) when it names a delta beyond `last`,
-    the table's last committed delta, an empty range, or text that is not a timestamp."""
-    if clause.kind is ClauseKind.AS_OF_DELTA and clause.delta > last:
-        raise clause.error(f"delta {clause.delta} is not committed (last committed: {last})")
-    if clause.kind is ClauseKind.AS_OF_TIME and parse_timestamp(clause.timestamp, "UTC") is None:
-        raise clause.error(f"{clause.timestamp!r} is not an ISO 8601 timestamp")
-    if clause.deltas is not None:
-        d1, d2 = clause.deltas
-        if d1 > d2:
-            raise clause.error(f"an empty range: {d1} > {d2}")
-        if d1 < 1:
-            raise clause.error("delta numbers start at 1")
-        if d2 > last:
-            raise clause.error(f"delta {d2} is not committed (last committed: {last})")
-
-
-def check_query(plane: ControlPlane, query: str) -> None:
-    """Refuse `query`'s malformed clauses, clauses on names that are not versioned tables
-    and deltas that are not committed, from the control plane alone (no Spark): what a
-    shell checks before it starts a driver."""
-    catalog = DeltaCatalog(plane)
-    parsed = parse_system_time(query, catalog.tables())
-    state = CatalogState.pin(catalog, parsed.tables)
-    for table, clause in parsed.reads.values():
-        if clause is not None:
-            check_clause(clause, state.last(table))
 
 
 def to_arrow(frame: DataFrame, limit: int | None = None) -> pa.Table:

@@ -1,9 +1,17 @@
 """Layer 2: versioned tables on Spark: hot, actual and archive records kept
 as numbered, immutable deltas of Parquet files, made visible by the delta catalog."""
 
-from offset_assets.versioned.commit import commit_deltas
-from offset_assets.versioned.hot_delta import HotDelta
-from offset_assets.versioned.table import VersionedTable
-from offset_assets.versioned.writes import WriteStats
+from offset_assets.lazy_exports import lazy_getattr
+
+# Resolved on first use: the reads without a JVM use this package's layout and errors,
+# and must not import PySpark with it.
+_EXPORTS = {
+    "HotDelta": "offset_assets.versioned.hot_delta",
+    "VersionedTable": "offset_assets.versioned.table",
+    "WriteStats": "offset_assets.versioned.writes",
+    "commit_deltas": "offset_assets.versioned.commit",
+}
 
 __all__ = ["HotDelta", "VersionedTable", "WriteStats", "commit_deltas"]
+
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

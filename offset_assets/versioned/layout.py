@@ -20,14 +20,15 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 from fsspec.core import split_protocol
-from pyspark.sql import SparkSession
 
 from offset_assets.errors import OffsetAssetsError
-from offset_assets.spark import is_local_driver
+
+if TYPE_CHECKING:  # the reads without a JVM list files with this module: no PySpark import
+    from pyspark.sql import SparkSession
 
 DELTAS_DIR = "deltas"
 SNAPSHOTS_DIR = "snapshots"
@@ -89,6 +90,8 @@ def check_warehouse_location(spark: SparkSession, warehouse: str) -> str:
     the server's on Spark Connect, so files would scatter or vanish. Refused there, before
     anything is written, with the path named.
     """
+    from offset_assets.spark import is_local_driver
+
     protocol, _ = split_protocol(warehouse)
     if protocol is None and not os.path.isabs(warehouse) and not is_local_driver(spark):
         raise WarehousePathError(

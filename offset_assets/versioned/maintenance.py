@@ -25,11 +25,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from offset_assets.errors import OffsetAssetsError
-from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.layout import DELTAS_DIR, SNAPSHOTS_DIR
-from offset_assets.versioned.table import VersionedTable
+
+if TYPE_CHECKING:  # the CLI reads the policy's defaults without importing Spark
+    from offset_assets.versioned.table import VersionedTable
 
 DEFAULT_RETENTION_S = 24 * 3600.0
 
@@ -113,6 +115,8 @@ def maintain(table: VersionedTable, policy: MaintenancePolicy | None = None) -> 
         return MaintenanceResult(
             table.name, deltas_since, rows_since, snapshot.delta_num if snapshot else None, False, why
         )
+    from offset_assets.versioned.compaction import compact
+
     return MaintenanceResult(table.name, deltas_since, rows_since, compact(table), True, reason)
 
 

@@ -189,6 +189,20 @@ class VersionedTable:
         after = [d for d in readable if d.delta_num > base]
         return snapshot, after, after if stored else readable
 
+    def read_latest_uncommitted(self, hot: HotDelta) -> DataFrame:
+        """The actual state the hot delta `hot` will leave once committed (Prostore's
+        `AS OF LATEST_UNCOMMITTED_DELTA`), for its writer: the last committed state with
+        the versions written into `hot` so far. Those versions have no update_ts yet
+        (null): their commit time is not known before the commit."""
+        if hot.table.name != self.name:
+            raise VersionedTableError(self.name, f"{hot!r} is the hot delta of another table")
+        if not hot.is_open:
+            raise VersionedTableError(self.name, f"{hot!r} is no longer open: only an open hot delta is read")
+        snapshot, after, spanned = self.actual_sources(hot.delta_num - 1)
+        if hot.rows_upserted or hot.rows_deleted:  # else no file yet: the state is the last committed one
+            after, spanned = [*after, hot.info], [*spanned, hot.info]
+        return self.reader.actual(snapshot, after, spanned, ActualFilter())
+
     def read_as_of_timestamp(self, ts: float) -> DataFrame:
         """The actual state as a reader saw it at `ts` (deltas committed at or before it)."""
         info = self.delta_at(_finite(self.name, "ts", ts))

@@ -6,7 +6,8 @@ never seen, whatever lies in the warehouse. This package is SQL only (no Spark).
 
 `DeltaCatalog` is one object over four parts, one module each: `tables.py` (registered
 tables), `transaction.py` (hot delta, commit, rollback), `queries.py` (deltas by number,
-time or offset; the run snapshot), `snapshots.py` (compaction snapshots, maintenance).
+time or offset; the run snapshot), `snapshots.py` (compaction snapshots, maintenance);
+`commit_times.py` says how commit times name microseconds.
 What it records is in `records.py`, its errors in `errors.py`.
 """
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog.commit_times import microsecond_end, microsecond_of
 from offset_assets.control_plane.delta_catalog.records import COMMITTED, HOT, DeltaInfo, delta_info
 from offset_assets.control_plane.schema import commit_clock, table_delta
 
@@ -37,13 +38,15 @@ class DeltaQueries:
         )
 
     def by_timestamp(self, table_name: str, ts: float) -> DeltaInfo | None:
-        """The last committed delta with commit_ts <= ts (the state a reader saw at ts)."""
+        """The last committed delta committed at or before `ts` (the state a reader saw
+        then), compared to the microsecond: a commit time as printed selects its delta,
+        also one stored with digits below the microsecond (`commit_times.py`)."""
         return self._one(
             sa.select(table_delta)
             .where(
                 table_delta.c.table_name == table_name,
                 table_delta.c.status == COMMITTED,
-                table_delta.c.commit_ts <= ts,
+                table_delta.c.commit_ts < microsecond_end(microsecond_of(ts)),
             )
             .order_by(table_delta.c.delta_num.desc())
             .limit(1)

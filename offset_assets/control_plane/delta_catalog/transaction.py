@@ -10,7 +10,6 @@ is visible or none.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
+from offset_assets.control_plane.delta_catalog.commit_times import next_commit_ts
 from offset_assets.control_plane.delta_catalog.errors import (
     DeltaCatalogError,
     DeltaNotHotError,
@@ -144,10 +144,12 @@ class DeltaTransactions(DeltaQueries):
         """Hand out the next commit-clock value inside `conn`'s transaction."""
         # FOR UPDATE (PostgreSQL) / BEGIN IMMEDIATE (SQLite) serialise commits here, and
         # time is read only once the lock is held, so timestamps follow commit order.
+        # Whole microseconds, at least one after the last: each names its delta when
+        # printed (`commit_times.py`).
         last = conn.execute(
             sa.select(commit_clock.c.last_commit_ts).where(commit_clock.c.id == 1).with_for_update()
         ).scalar_one()
-        commit_ts = max(time.time(), math.nextafter(last, math.inf))
+        commit_ts = next_commit_ts(time.time(), last)
         conn.execute(commit_clock.update().where(commit_clock.c.id == 1).values(last_commit_ts=commit_ts))
         return commit_ts
 
