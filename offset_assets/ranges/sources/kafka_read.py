@@ -9,11 +9,15 @@ the same slice again.
 
 A slice's stop is at most the partition's last stable offset when the range was planned:
 every offset below it is decided (a committed message, an aborted one, a transaction
-marker), so a task reads through to the stop, and the range ends exactly there. A slice
-whose last offset is a committed message ends as soon as that message is read; only one
-whose last offsets are a transaction marker or aborted messages (which the consumer
-never delivers) waits for the next sign of where the partition stands: the end of the
-partition or a message at or past the stop.
+marker), so a task reads through to the stop, and the range ends exactly there, at the
+end recorded for it. A slice whose last offset is a committed message ends as soon as that
+message is read. One whose last offsets are transaction markers (which the consumer never
+delivers, though they move its position once fetched, and with it past the aborted
+messages before an abort marker) ends as soon as that position reaches the stop: the
+markers come in the fetch of the messages before them, and the end-of-partition signal,
+which needs one more fetch, is not waited for (a broker gone at that moment failed the
+range). Any other sign of the stop ends it too: the end of the partition, a message at or
+past the stop.
 
 A range is read from the brokers once (`kafka.py`, `slice_tasks.read_once`): its
 messages are counted as they are read (their offsets give no count: transaction markers
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 
 # Messages per Arrow record batch a task hands to Spark.
 BATCH_ROWS = 10_000
+# How long one poll waits for a message before the read looks at its position again.
+POLL_S = 0.2
 
 MESSAGE_SCHEMA = T.StructType([
     T.StructField("kafka_topic", T.StringType(), False),
@@ -108,8 +114,9 @@ def _text(raw: bytes | str | None) -> str | None:
 def read_slice(consumer_config: Mapping[str, Any], piece: OffsetSlice, timeout_s: float) -> Iterator[tuple]:
     """The committed messages of `piece` as MESSAGE_SCHEMA rows, read to its stop.
 
-    The message at the slice's last offset ends it at once: no end-of-partition signal is
-    waited for, so a broker that goes away after it was read fails nothing. Raises
+    The message at the slice's last offset ends it at once, and so does a position past the
+    transaction markers at its end: no end-of-partition signal is waited for, so a broker
+    that goes away after the slice's last offsets were fetched fails nothing. Raises
     SourceError when the broker gives no message for `timeout_s` before the stop is
     reached (a broker down), when the partition ends before the stop, or on any consumer
     error: a slice is read whole or its task fails."""
@@ -127,8 +134,13 @@ def read_slice(consumer_config: Mapping[str, Any], piece: OffsetSlice, timeout_s
         position = piece.start
         deadline = time.monotonic() + timeout_s
         while True:
-            message = consumer.poll(min(1.0, timeout_s))
+            message = consumer.poll(min(POLL_S, timeout_s))
             if message is None:
+                # The poll served the markers fetched (librdkafka stores their offsets as it
+                # serves them, delivering nothing): the position says where the read stands.
+                (assigned,) = consumer.position([kafka.TopicPartition(piece.topic, piece.partition)])
+                if assigned.offset >= piece.stop:
+                    return
                 if time.monotonic() > deadline:
                     last = f" (last broker error: {broker_errors[-1]})" if broker_errors else ""
                     raise SourceError(
