@@ -37,6 +37,7 @@ one where they may not: a range without such a value costs what it cost before.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
@@ -50,12 +51,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_assets.control_plane.database import mask_url, sqlalchemy_url
 from offset_assets.ranges.errors import MalformedValueError, SourceError
 from offset_assets.ranges.sources.batch import MALFORMED, MALFORMED_TYPE, SHOWN_CHARS
 from offset_assets.ranges.sources.slice_tasks import slice_tasks
+from offset_assets.ranges.sources.sql_arrow import (
+    NotExact,
+    arrow_readable,
+    cast_column,
+    misfit_condition,
+    read_arrow_slice,
+)
 from offset_assets.ranges.sources.sql_values import (
     Processor,
     column_array,
@@ -237,6 +246,11 @@ class SlicedRead:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         arrow_schema = to_arrow_schema(self.output_schema, timezone="UTC")
+        if self.kind == "id" and arrow_readable(self.url, self.schema):
+            batches = self._read_arrow(piece, arrow_schema)
+            if batches is not None:
+                yield from batches
+                return
         try:
             with source_engine(self.url).connect() as conn:
                 for columns, processors in self._fetch_columns(conn, piece):
@@ -246,6 +260,51 @@ class SlicedRead:
                 f"{self.where}: slice {piece.index} ({piece.lower!r}, {piece.upper!r}) of "
                 f"{self.range_column!r}: {str(exc).splitlines()[0]}"
             ) from None
+
+    def _read_arrow(self, piece: SqlSlice, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch] | None:
+        """The slice through the Arrow driver (`sql_arrow.py`), None when SQLite counts a
+        value of another storage class than its column's in it (the exact path reads it)."""
+        import pyarrow as pa
+
+        dialect = sqlite.dialect()
+        condition = range_condition(self._range_column(), self.kind, piece.lower, piece.upper)
+        misfit = misfit_condition([(f.name, f.dataType) for f in self.schema.fields],
+                                  dialect.identifier_preparer.quote)
+        counted = (sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(sa.case((sa.text(misfit), 1), else_=0)), 0))
+                   .select_from(self._table()).where(condition))
+        processors = [read_type(type_).dialect_impl(dialect).result_processor(dialect, None)
+                      for _, type_ in self.columns]
+
+        def convert(batch: pa.RecordBatch) -> pa.RecordBatch:
+            try:
+                arrays = [cast_column(batch.column(i), field.dataType, arrow_schema.field(i).type, processors[i])
+                          for i, field in enumerate(self.schema.fields)]
+            except NotExact:  # the batch as the exact path converts it, from the same values
+                return self._record_batch([column.to_pylist() for column in batch.columns], processors, arrow_schema)
+            if self.marked:
+                arrays.append(pa.nulls(batch.num_rows, arrow_schema.field(len(arrays)).type))
+            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+        def sql(query: sa.Select) -> str:
+            return str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+
+        with self._driver_errors_named(piece):
+            batches = read_arrow_slice(self.url, sql(counted), sql(self.slice_query(piece)), self.fetch_size, convert)
+        return None if batches is None else self._named_errors_of(batches, piece)
+
+    def _named_errors_of(self, batches: Iterator[pa.RecordBatch], piece: SqlSlice) -> Iterator[pa.RecordBatch]:
+        with self._driver_errors_named(piece):
+            yield from batches
+
+    @contextlib.contextmanager
+    def _driver_errors_named(self, piece: SqlSlice) -> Iterator[None]:
+        import adbc_driver_manager
+
+        try:
+            yield
+        except adbc_driver_manager.Error as exc:
+            raise SourceError(f"{self.where}: slice {piece.index} ({piece.lower!r}, {piece.upper!r}) of "
+                              f"{self.range_column!r}: {str(exc).splitlines()[0]}") from None
 
     def _fetch_columns(self, conn: sa.Connection, piece: SqlSlice
                        ) -> Iterator[tuple[list[Sequence[Any]], list[Processor | None]]]:
