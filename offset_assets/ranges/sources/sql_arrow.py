@@ -1,29 +1,31 @@
-"""An id slice of a SQLite source read through the Arrow ADBC SQLite driver: the rows
-reach Arrow in C, not one Python object per value (`sql_read.py` reads every other slice,
-and this one when the database says it may not convert exactly).
+"""An id slice of a SQLite or PostgreSQL source read through an Arrow ADBC driver
+(`adbc-driver-sqlite`; `adbc-driver-postgresql`, PostgreSQL's binary COPY): the rows reach
+Arrow in C, not as one Python object per value. `sql_read.py` reads every other slice
+(other databases, time slices, columns of other types, the driver not installed), and
+these too when the database says they may not convert exactly.
 
-The read measured on one core: 0.7 CPU seconds a million rows of (id, name, city), where
-SQLAlchemy's rows and a Python conversion per value took 6.3 (`bench/ingest.py`).
+Measured on one busy core, a million rows of (id, name, city) from SQLite: 1.6 CPU
+seconds through the driver, the count below included, where SQLAlchemy's rows and a
+Python conversion per value took 6.3.
 
-The driver's values are the database's own, as sqlite3 hands them over, only when each
-column holds one storage class: it infers a column's Arrow type from the values of a batch,
-and of an INTEGER column holding 5 and 2.5 it makes the double 5.0, of a TEXT column
-holding 1 the text '1.000000e+00'. So, in the slice's read transaction, SQLite first
-counts the slice's rows holding a value of another storage class than its column's Spark
-type is read from (`STORAGE_CLASSES`: integer for a bigint, real for a double or a
-decimal, text for a string, a timestamp or a date, blob for bytes). A slice with any
-such row is read by the exact path (`SlicedRead`'s SQLAlchemy read, which refuses or
-marks the value); the others are fetched as one Arrow batch, whose types the driver then
-infers from all the slice's rows (a column null in its first rows is no other type), and
-handed to Spark in batches of `fetch_size` rows.
+What the database counts first, in the slice's read transaction (a slice with such a row
+is read by the exact path, which refuses or marks the value as ever):
+- SQLite, a value of another storage class than its column's Spark type is read from
+  (`STORAGE_CLASSES`). The driver infers a column's Arrow type from the values of a batch:
+  of an INTEGER column holding 5 and 2.5 it makes the double 5.0, of a TEXT column holding
+  1 the text '1.000000e+00'. With one storage class per column its values are sqlite3's.
+  The slice is fetched as one Arrow batch, so that the types are inferred from all its
+  rows (a column null in its first rows is no other type);
+- PostgreSQL, an infinite timestamp or date, which the driver reads as a far instant.
 
-Each column of a batch becomes the read's type by Arrow's checked casts only (a double to
-a decimal through its shortest text, as Python's `repr` writes it: 2.555 is no
-decimal(10,2), 0.1 is 0.10; an integer to a boolean only when 0 or 1); timestamps and
-dates, text in SQLite, are parsed by their column type's SQLAlchemy processor, as the
-exact path parses them. A batch any of whose values does not convert goes, as Python
-values (the same values sqlite3 reads), through the exact path's conversion
-(`SlicedRead.record_batch`), which refuses or marks them.
+Each column of a batch becomes the read's type by Arrow's checked casts only: an integer
+into a bigint, a double into a decimal through its shortest text, as Python's `repr`
+writes it (2.555 is no decimal(10, 2), 0.1 is 0.10), PostgreSQL's numeric text into a
+decimal, a real (float4) through its shortest text as psycopg2 reads it, an integer into a
+boolean only when 0 or 1; SQLite's text timestamps and dates are parsed by their column
+type's SQLAlchemy processor, as the exact path parses them. A batch any of whose values
+does not convert goes, as Python values (the values the exact path reads), through the
+exact path's conversion (`SlicedRead._record_batch`), which refuses or marks them.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ STORAGE_CLASSES: dict[type[T.DataType], str] = {
     T.DateType: "text",
     T.BinaryType: "blob",
 }
+# The PostgreSQL types (SQLAlchemy's reflected names) the driver reads into Arrow as they are.
+POSTGRESQL_TYPES = {"SMALLINT", "INTEGER", "BIGINT", "REAL", "DOUBLE_PRECISION", "DOUBLE PRECISION", "NUMERIC",
+                    "BOOLEAN", "TEXT", "VARCHAR", "CHAR", "BYTEA", "TIMESTAMP", "DATE"}
 
 
 class NotExact(Exception):
@@ -68,38 +73,61 @@ def sqlite_file(url: str) -> Path | None:
     return Path(path).absolute()
 
 
-def arrow_readable(url: str, schema: T.StructType) -> bool:
-    """Whether a slice of this source and these columns may be read through the driver:
-    a SQLite file, every column of a type the driver's storage classes map, the driver
-    importable where the slice is read."""
-    if sqlite_file(url) is None or not all(type(f.dataType) in STORAGE_CLASSES for f in schema.fields):
-        return False
+def arrow_backend(url: str, columns: Sequence[tuple[str, Any]], schema: T.StructType) -> str | None:
+    """'sqlite' or 'postgresql' when a slice of these columns may be read through that
+    backend's driver (installed where the slice is read), else None."""
+    backend = sqlalchemy_url(url).get_backend_name()
+    if backend == "sqlite" and sqlite_file(url) is not None:
+        readable = all(type(f.dataType) in STORAGE_CLASSES for f in schema.fields)
+    elif backend == "postgresql":
+        readable = all(type(sql_type).__name__ in POSTGRESQL_TYPES for _, sql_type in columns)
+    else:
+        return None
+    if not readable:
+        return None
     try:
-        import adbc_driver_sqlite.dbapi  # noqa: F401
+        if backend == "sqlite":
+            import adbc_driver_sqlite.dbapi  # noqa: F401
+        else:
+            import adbc_driver_postgresql.dbapi  # noqa: F401
     except ImportError:
-        return False
-    return True
+        return None
+    return backend
 
 
-def misfit_condition(columns: Sequence[tuple[str, T.DataType]], quote: Callable[[str], str]) -> str:
-    """SQL true for a row holding a value of another storage class than its column's."""
-    checks = [f"typeof({quote(name)}) NOT IN ('{STORAGE_CLASSES[type(spark_type)]}', 'null')"
-              for name, spark_type in columns]
-    return " OR ".join(checks) or "0"
+def misfit_condition(backend: str, columns: Sequence[tuple[str, T.DataType]], quote: Callable[[str], str]) -> str:
+    """SQL true for a row the driver would not read as the exact path does."""
+    if backend == "sqlite":
+        checks = [f"typeof({quote(name)}) NOT IN ('{STORAGE_CLASSES[type(spark_type)]}', 'null')"
+                  for name, spark_type in columns]
+    else:
+        checks = [f"NOT isfinite({quote(name)})" for name, spark_type in columns
+                  if isinstance(spark_type, T.TimestampType | T.DateType)]
+    return " OR ".join(checks) or "1 = 0"
 
 
-def read_arrow_slice(url: str, count_sql: str, rows_sql: str, fetch_size: int,
+def connect(backend: str, url: str) -> Any:
+    """A driver connection, autocommit off: what a slice counts and reads is one transaction."""
+    if backend == "sqlite":
+        import adbc_driver_sqlite.dbapi as adbc
+
+        file = sqlite_file(url)
+        if file is None or not file.is_file():
+            raise SourceError(f"SQLite source file {file} does not exist")
+        return adbc.connect(f"{file.as_uri()}?mode=ro")
+    import adbc_driver_postgresql.dbapi as adbc
+
+    conn = adbc.connect(sqlalchemy_url(url).set(drivername="postgresql").render_as_string(hide_password=False))
+    conn.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    return conn
+
+
+def read_arrow_slice(backend: str, url: str, count_sql: str, rows_sql: str, fetch_size: int,
                      convert: Callable[[pa.RecordBatch], pa.RecordBatch]) -> Iterator[pa.RecordBatch] | None:
     """The slice's rows (`rows_sql`) as converted batches of at most `fetch_size` rows, or
-    None when `count_sql` (the slice's rows, and those of its rows that hold a value of
-    another storage class) says the slice needs the exact path. Both run in one read
-    transaction: what was counted is what is read."""
-    import adbc_driver_sqlite.dbapi as adbc
-
-    file = sqlite_file(url)
-    if file is None or not file.is_file():
-        raise SourceError(f"SQLite source file {file} does not exist")
-    conn = adbc.connect(f"{file.as_uri()}?mode=ro")  # autocommit off: one read transaction
+    None when `count_sql` (the slice's rows, and its rows `misfit_condition` holds for)
+    says the slice needs the exact path."""
+    conn = connect(backend, url)
     try:
         cursor = conn.cursor()
         cursor.execute(count_sql)
@@ -107,17 +135,17 @@ def read_arrow_slice(url: str, count_sql: str, rows_sql: str, fetch_size: int,
         if misfits:
             conn.close()
             return None
+        if backend == "sqlite":  # one batch of all the slice's rows: types inferred from them all
+            cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(max(int(rows or 0), 1))})
     except BaseException:
         conn.close()
         raise
-    return _batches(conn, cursor, rows_sql, max(int(rows or 0), 1), fetch_size, convert)
+    return _batches(conn, cursor, rows_sql, fetch_size, convert)
 
 
-def _batches(conn: Any, cursor: Any, rows_sql: str, rows: int, fetch_size: int,
+def _batches(conn: Any, cursor: Any, rows_sql: str, fetch_size: int,
              convert: Callable[[pa.RecordBatch], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     try:
-        # One batch of all the slice's rows: the driver infers each column's type from them all.
-        cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(rows)})
         cursor.execute(rows_sql)
         for fetched in cursor.fetch_record_batch():
             for offset in range(0, fetched.num_rows, fetch_size):
@@ -132,30 +160,47 @@ def cast_column(array: pa.Array, spark_type: T.DataType, arrow_type: pa.DataType
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if isinstance(array, pa.ExtensionArray):  # PostgreSQL's numeric: its text
+        array = array.storage
     if array.null_count == len(array):
         return pa.nulls(len(array), arrow_type)
     try:
-        if isinstance(spark_type, T.TimestampType | T.DateType):
+        if isinstance(spark_type, T.TimestampType | T.DateType) and pa.types.is_string(array.type):
             return _parsed(array, spark_type, arrow_type, process)
-        if isinstance(spark_type, T.BooleanType):
-            if not pa.types.is_integer(array.type) or not pc.all(pc.is_in(array.drop_null(), pa.array([0, 1]))).as_py():
+        if isinstance(spark_type, T.BooleanType) and pa.types.is_integer(array.type):
+            if not pc.all(pc.is_in(array.drop_null(), pa.array([0, 1], array.type))).as_py():
                 raise NotExact
-            return pc.cast(array, arrow_type)
-        if isinstance(spark_type, T.DecimalType) and pa.types.is_floating(array.type):
+        elif pa.types.is_floating(array.type) and (isinstance(spark_type, T.DecimalType)
+                                                    or array.type == pa.float32()):
             # The decimal a float is written as (Python's `repr`, Arrow's shortest text).
-            return pc.cast(pc.cast(array, pa.string()), arrow_type, safe=True)
-        if not _same_kind(array.type, arrow_type):
+            array = pc.cast(array, pa.string())
+        elif not _same_kind(array.type, arrow_type):
             raise NotExact
         return pc.cast(array, arrow_type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         raise NotExact from None
 
 
+def python_values(array: pa.Array) -> list[Any]:
+    """A column's values as the exact path reads them (PostgreSQL's numeric as a Decimal)."""
+    import pyarrow as pa
+
+    if isinstance(array, pa.ExtensionArray):
+        from decimal import Decimal
+
+        return [None if text is None else Decimal(text) for text in array.storage.to_pylist()]
+    if array.type == pa.float32():
+        return [None if value is None else float(repr_text) for value, repr_text in
+                zip(array.to_pylist(), array.cast(pa.string()).to_pylist(), strict=True)]
+    return array.to_pylist()
+
+
 def _same_kind(given: pa.DataType, wanted: pa.DataType) -> bool:
     import pyarrow as pa
 
-    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_binary)
-    return any(kind(given) and kind(wanted) for kind in kinds) or given == wanted
+    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_binary,
+             pa.types.is_timestamp, pa.types.is_date, pa.types.is_boolean)
+    return any(kind(given) and kind(wanted) for kind in kinds)
 
 
 def _parsed(array: pa.Array, spark_type: T.DataType, arrow_type: pa.DataType, process: Processor | None) -> pa.Array:
@@ -166,4 +211,3 @@ def _parsed(array: pa.Array, spark_type: T.DataType, arrow_type: pa.DataType, pr
     if misfits:
         raise NotExact
     return converted
-

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_assets.control_plane.database import mask_url, sqlalchemy_url
@@ -60,9 +59,10 @@ from offset_assets.ranges.sources.batch import MALFORMED, MALFORMED_TYPE, SHOWN_
 from offset_assets.ranges.sources.slice_tasks import slice_tasks
 from offset_assets.ranges.sources.sql_arrow import (
     NotExact,
-    arrow_readable,
+    arrow_backend,
     cast_column,
     misfit_condition,
+    python_values,
     read_arrow_slice,
 )
 from offset_assets.ranges.sources.sql_values import (
@@ -201,6 +201,7 @@ class SlicedRead:
     fetch_size: int
     key_columns: tuple[str, ...] = ()  # what names a row in errors and quarantines
     marked: bool = False  # malformed records read and marked (`MALFORMED`), not refused
+    arrow_driver: bool = True  # id slices of SQLite and PostgreSQL through their ADBC driver (`sql_arrow.py`)
 
     @property
     def where(self) -> str:
@@ -246,8 +247,11 @@ class SlicedRead:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         arrow_schema = to_arrow_schema(self.output_schema, timezone="UTC")
-        if self.kind == "id" and arrow_readable(self.url, self.schema):
-            batches = self._read_arrow(piece, arrow_schema)
+        backend = None
+        if self.arrow_driver and self.kind == "id":
+            backend = arrow_backend(self.url, self.columns, self.schema)
+        if backend is not None:
+            batches = self._read_arrow(backend, piece, arrow_schema)
             if batches is not None:
                 yield from batches
                 return
@@ -261,14 +265,14 @@ class SlicedRead:
                 f"{self.range_column!r}: {str(exc).splitlines()[0]}"
             ) from None
 
-    def _read_arrow(self, piece: SqlSlice, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch] | None:
-        """The slice through the Arrow driver (`sql_arrow.py`), None when SQLite counts a
-        value of another storage class than its column's in it (the exact path reads it)."""
+    def _read_arrow(self, backend: str, piece: SqlSlice, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch] | None:
+        """The slice through the backend's Arrow driver (`sql_arrow.py`), None when the
+        database counts a row in it the driver would not read as the exact path does."""
         import pyarrow as pa
 
-        dialect = sqlite.dialect()
+        dialect = source_engine(self.url).dialect
         condition = range_condition(self._range_column(), self.kind, piece.lower, piece.upper)
-        misfit = misfit_condition([(f.name, f.dataType) for f in self.schema.fields],
+        misfit = misfit_condition(backend, [(f.name, f.dataType) for f in self.schema.fields],
                                   dialect.identifier_preparer.quote)
         counted = (sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(sa.case((sa.text(misfit), 1), else_=0)), 0))
                    .select_from(self._table()).where(condition))
@@ -280,7 +284,8 @@ class SlicedRead:
                 arrays = [cast_column(batch.column(i), field.dataType, arrow_schema.field(i).type, processors[i])
                           for i, field in enumerate(self.schema.fields)]
             except NotExact:  # the batch as the exact path converts it, from the same values
-                return self._record_batch([column.to_pylist() for column in batch.columns], processors, arrow_schema)
+                return self._record_batch([python_values(column) for column in batch.columns], processors,
+                                          arrow_schema)
             if self.marked:
                 arrays.append(pa.nulls(batch.num_rows, arrow_schema.field(len(arrays)).type))
             return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
@@ -289,7 +294,8 @@ class SlicedRead:
             return str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
 
         with self._driver_errors_named(piece):
-            batches = read_arrow_slice(self.url, sql(counted), sql(self.slice_query(piece)), self.fetch_size, convert)
+            batches = read_arrow_slice(backend, self.url, sql(counted), sql(self.slice_query(piece)), self.fetch_size,
+                                       convert)
         return None if batches is None else self._named_errors_of(batches, piece)
 
     def _named_errors_of(self, batches: Iterator[pa.RecordBatch], piece: SqlSlice) -> Iterator[pa.RecordBatch]:

@@ -54,7 +54,7 @@ def read_type(sql_type: sa.types.TypeEngine) -> sa.types.TypeEngine:
     `to_spark_value` takes as the database sends them. SQLAlchemy's processors of those
     are lossy on SQLite: a BOOLEAN's reads any value by its truth (2, 'false': True), a
     NUMERIC's rounds a float to the column's scale (2.555 in NUMERIC(10, 2): 2.56)."""
-    if isinstance(sql_type, sa.Boolean | sa.Numeric):
+    if isinstance(sql_type, sa.Boolean | sa.Numeric | sa.Float):
         return sa.types.NullType()
     return sql_type
 
