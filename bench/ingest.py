@@ -19,6 +19,7 @@ profile (driver time and Spark jobs per phase). Writes `docs/bench/ingest/ingest
     .venv/bin/python -m bench.ingest --rows 1000000 --order-by id --out /tmp/ingest_ordered.json
     .venv/bin/python -m bench.ingest --source postgresql --out docs/bench/ingest/postgresql.json
     .venv/bin/python -m bench.ingest --sql-driver sqlalchemy --out /tmp/ingest_sqlalchemy.json  # the reads before ADBC
+    .venv/bin/python -m bench.ingest --read-cpu --rows 1000000 --source postgresql  # one slice's CPU, both ways
 """
 
 from __future__ import annotations
@@ -163,6 +164,39 @@ def load_twice(spark: SparkSession, source_url: str, add: Callable[[int, int], N
     }
 
 
+def read_cpu(rows: int, source: str, workdir: Path) -> dict:
+    """The CPU seconds of reading the source's `rows` rows as one slice in this process
+    (no Spark, the task's work alone), through the ADBC driver and through SQLAlchemy: a
+    figure a busy machine disturbs far less than a wall time."""
+    import resource
+    from dataclasses import replace
+
+    from offset_assets.ranges.sources.sql import spark_type_for
+    from offset_assets.ranges.sources.sql_read import SlicedRead, source_engine
+
+    def cpu_s() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    with customers_source(source, workdir) as (url, add):
+        add(1, rows)
+        table = sa.Table("customers", sa.MetaData(), autoload_with=source_engine(url))
+        plan = SlicedRead(url=url, table="customers", db_schema=None,
+                          columns=tuple((c.name, c.type) for c in table.c),
+                          schema=T.StructType([T.StructField(c.name, spark_type_for(c.type)) for c in table.c]),
+                          range_column="id", range_type=table.c.id.type, kind="id", bounds=(0, rows),
+                          fetch_size=10_000, key_columns=("id",))
+        report = {"source": source, "rows": rows}
+        for driver, arrow_driver in (("sqlalchemy", False), ("arrow", True)):
+            read = replace(plan, arrow_driver=arrow_driver)
+            started = cpu_s()
+            read_rows = sum(batch.num_rows for batch in read.read_slice(read.slices()[0]))
+            seconds = cpu_s() - started
+            report[driver] = {"rows": read_rows, "cpu_s": round(seconds, 2),
+                              "rows_per_cpu_s": round(read_rows / seconds)}
+        return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
@@ -176,7 +210,13 @@ def main() -> None:
                         help="SqlTableSource(arrow_driver=...): the ADBC driver where it reads exactly, or SQLAlchemy")
     parser.add_argument("--order-by", default=None,
                         help="the source's order_by column (e.g. id): the write keeps a key's last row by it")
+    parser.add_argument("--read-cpu", action="store_true",
+                        help="only the CPU seconds of one slice of --rows rows read in this process, both ways")
     args = parser.parse_args()
+    if args.read_cpu:
+        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as workdir:
+            print(json.dumps({"commit": git_commit(), **read_cpu(args.rows, args.source, Path(workdir))}, indent=2))
+        return
     # A driver of this process: its tasks' Python workers run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as workdir:
