@@ -77,28 +77,3 @@ def test_ranges_with_aborted_transactions_between_them_ingest_exactly_what_read_
     assert ingestion.run_pending() == []
     assert sorted(ingested) == [(0, "a"), (4, "b"), (8, "c"), (9, "d"), (15, "e")]
 
-
-def test_a_range_whose_last_offsets_are_markers_ends_at_its_recorded_end_without_waiting_for_the_partition_end(
-        kafka_broker, spark, sqlite_url, warehouse):
-    """The executors' consumers postpone every fetch after the first for a minute (as a
-    broker gone after the messages' fetch would): the range ends at the end recorded for
-    it, past its markers, and the next range starts there."""
-    topic = kafka_broker.new_topic("marker-end")
-    plane = connect(sqlite_url)
-    postponed = {"queued.min.messages": 1, "fetch.queue.backoff.ms": 60_000}
-    source = KafkaSource(kafka_broker.bootstrap_servers, [topic], consumer_config=postponed, timeout_s=5.0)
-    ingestion = RangeIngestion(spark, plane, IngestionJob("ledger", source, KafkaOffsetPlanner(),
-                                                          TargetTable("ledger", KEY, MESSAGES)), warehouse)
-    table = VersionedTable(spark, plane, "ledger", KEY, MESSAGES, warehouse=warehouse)
-
-    kafka_broker.produce(topic, ["a"])                          # 0
-    kafka_broker.transaction(topic, ["b"])                      # 1, commit marker 2
-    kafka_broker.transaction(topic, ["x"], commit=False)        # 3, abort marker 4
-    (first,) = ingestion.run_pending()
-    assert parse_kafka_offsets(first.data_range.end) == {topic: {"0": 5}} and first.rows_read == 2
-    assert sorted((r.kafka_offset, r.value) for r in table.read_actual().collect()) == [(0, "a"), (1, "b")]
-
-    kafka_broker.produce(topic, ["c"])                          # 5
-    (second,) = ingestion.run_pending()
-    assert parse_kafka_offsets(second.data_range.start) == {topic: {"0": 5}} and second.rows_read == 1
-    assert sorted((r.kafka_offset, r.value) for r in table.read_actual().collect()) == [(0, "a"), (1, "b"), (5, "c")]
