@@ -57,14 +57,14 @@ test: install check-java
 test-quick: install check-java
 	EXACTNESS_HISTORIES=3 $(BIN)/python -m pytest $(XDIST) -m "$(QUICK)" --durations=10
 
-# The engine's property test on 1000 histories and ingestion's on 200 (a fifth: each of
-# their steps is a Kafka range), then the `extended` variants of stories `make test` runs
+# The engine's property test on 1000 histories and ingestion's two on 200 (a fifth: each of
+# their steps is a range), then the `extended` variants of stories `make test` runs
 # in one form (the NULL-key story on every engine path, a SQL range's writer killed
 # inside the range's commit).
 exactness: install check-java
 	EXACTNESS_HISTORIES=1000 $(BIN)/python -m pytest $(XDIST) -s \
 		tests/test_engine_exactness.py::test_incremental_runs_equal_a_full_recompute_on_every_path \
-		tests/test_ingestion_exactness.py
+		tests/test_ingestion_exactness.py tests/test_ingestion_sql_exactness.py
 	$(BIN)/python -m pytest $(XDIST) -m extended
 
 # The package as users install it: the built wheel in a new virtualenv outside the

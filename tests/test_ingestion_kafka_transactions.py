@@ -76,3 +76,4 @@ def test_ranges_with_aborted_transactions_between_them_ingest_exactly_what_read_
 
     assert ingestion.run_pending() == []
     assert sorted(ingested) == [(0, "a"), (4, "b"), (8, "c"), (9, "d"), (15, "e")]
+

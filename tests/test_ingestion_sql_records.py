@@ -7,6 +7,7 @@ row, or the row goes to the job's quarantine table in the range's commit)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
@@ -202,3 +203,101 @@ def test_postgresql_values_a_spark_type_cannot_hold_are_quarantined_and_a_text_c
     with pytest.raises(IngestionError, match=r"SchemaMismatchError: table 'codes': incompatible column type\(s\) "
                                              r"\['code: string \(table: bigint\)'\]"):
         RangeIngestion(spark, plane, job, warehouse).run_pending()
+
+
+# One value its column's type cannot hold, alone in its batch among values that fit (a
+# value that does not fit elsewhere in the batch sends the whole batch value by value):
+# (the column's SQL type, two values that fit, the one that does not, as SQL literals;
+# the Spark type read; the values that fit as read; the bad value as the reason shows it).
+LONE_SQLITE_VALUES = [
+    pytest.param("INTEGER", T.LongType(), ("5", "7"), "2.5", (5, 7), "2.5", id="real-in-integer"),
+    pytest.param("INTEGER", T.LongType(), ("5", "7"), "1e30", (5, 7), "1e+30", id="real-beyond-bigint-in-integer"),
+    pytest.param("INTEGER", T.LongType(), ("5", "7"), "'1_000'", (5, 7), "'1_000'", id="text-in-integer"),
+    pytest.param("REAL", T.DoubleType(), ("0.5", "7"), "'nan'", (0.5, 7.0), "'nan'", id="text-in-real"),
+    pytest.param("NUMERIC(10, 2)", T.DecimalType(10, 2), ("2.5", "0.1"), "2.555",
+                 (Decimal("2.50"), Decimal("0.10")), "2.555", id="real-beyond-scale-in-numeric"),
+    pytest.param("NUMERIC(10, 2)", T.DecimalType(10, 2), ("2.5", "0.1"), "123456789.5",
+                 (Decimal("2.50"), Decimal("0.10")), "123456789.5", id="real-beyond-precision-in-numeric"),
+    pytest.param("NUMERIC(10, 2)", T.DecimalType(10, 2), ("2.5", "0.1"), "'many'",
+                 (Decimal("2.50"), Decimal("0.10")), "'many'", id="text-in-numeric"),
+    pytest.param("BOOLEAN", T.BooleanType(), ("0", "1"), "2", (False, True), "2", id="two-in-boolean"),
+    pytest.param("BOOLEAN", T.BooleanType(), ("0", "1"), "'false'", (False, True), "'false'", id="text-in-boolean"),
+    pytest.param("DATETIME", T.TimestampType(), ("'2024-01-01 10:00:00'", "'2024-01-02 10:00:00+02:00'"),
+                 "'yesterday'", (datetime(2024, 1, 1, 10, tzinfo=UTC), datetime(2024, 1, 2, 8, tzinfo=UTC)),
+                 "'yesterday'", id="text-in-datetime"),
+    pytest.param("DATE", T.DateType(), ("'2024-01-01'", "'2024-01-03'"), "'2024-01-02 10:00:00'",
+                 (date(2024, 1, 1), date(2024, 1, 3)), "'2024-01-02 10:00:00'", id="time-of-day-in-date"),
+]
+# PostgreSQL holds what its types hold: what does not fit is what Spark's types cannot hold.
+LONE_POSTGRESQL_VALUES = [
+    pytest.param("numeric", T.DecimalType(38, 10), ("1.5", "2"), "1.23456789012",
+                 (Decimal("1.5"), Decimal("2")), "Decimal('1.23456789012')", id="numeric-beyond-scale"),
+    pytest.param("numeric", T.DecimalType(38, 10), ("1.5", "2"), "1e30",
+                 (Decimal("1.5"), Decimal("2")), "Decimal('1000000000000000000000000000000')",
+                 id="numeric-beyond-precision"),
+    pytest.param("numeric", T.DecimalType(38, 10), ("1.5", "2"), "'NaN'",
+                 (Decimal("1.5"), Decimal("2")), "Decimal('NaN')", id="numeric-nan"),
+    pytest.param("timestamp", T.TimestampType(), ("'2024-01-01 10:00:00'", "'2024-01-03 10:00:00.000001'"),
+                 "'infinity'", (datetime(2024, 1, 1, 10, tzinfo=UTC), datetime(2024, 1, 3, 10, 0, 0, 1, tzinfo=UTC)),
+                 "'infinity'", id="timestamp-infinity"),
+    pytest.param("timestamptz", T.TimestampType(), ("'2024-01-01 10:00:00+02'", "'2024-01-03 10:00:00Z'"),
+                 "'-infinity'", (datetime(2024, 1, 1, 8, tzinfo=UTC), datetime(2024, 1, 3, 10, tzinfo=UTC)),
+                 "'-infinity'", id="timestamptz-minus-infinity"),
+    pytest.param("date", T.DateType(), ("'2024-01-01'", "'2024-01-03'"), "'infinity'",
+                 (date(2024, 1, 1), date(2024, 1, 3)), "'infinity'", id="date-infinity"),
+]
+
+
+def lone_value_job(url: str, sql_type: str, spark_type: T.DataType, fits: tuple[str, str], bad: str,
+                   on_malformed: str) -> IngestionJob:
+    """`lone(id, v)` holding rows 1 and 3 that fit and row 2 that does not, and its job."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE lone (id INTEGER PRIMARY KEY, v {sql_type})")
+        conn.exec_driver_sql(f"INSERT INTO lone VALUES (1, {fits[0]}), (2, {bad}), (3, {fits[1]})")
+    engine.dispose()
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("v", spark_type)])
+    return IngestionJob("lone", SqlTableSource(url, "lone", id_column="id"), AutoIncrementIdPlanner(),
+                        TargetTable("lone", ["id"], schema), on_malformed=on_malformed)
+
+
+def instant(value):
+    """A timestamp as the instant it is (pyspark collects it in the process's local time)."""
+    return value.astimezone(UTC) if isinstance(value, datetime) else value
+
+
+def check_lone_value(spark, plane, warehouse, job: IngestionJob, read: tuple, shown: str) -> None:
+    """The range fails naming row 2, committing nothing, or quarantines row 2 alone."""
+    expected = job.target.schema["v"].dataType.simpleString()
+    reason = f"row {{\"id\": 2}}: column 'v' holds {shown}, which is not {expected}"
+    table = VersionedTable(spark, plane, "lone", ["id"], job.target.schema, warehouse=warehouse)
+    if job.on_malformed == "fail":
+        with pytest.raises(IngestionError) as refused:
+            RangeIngestion(spark, plane, job, warehouse).run_pending()
+        assert str(refused.value).endswith(f"MalformedValueError: {job.source._where}: {reason}")
+        (failed,) = JobLog(plane).history("lone")
+        assert failed.status == "FAILURE" and table.last_committed() is None
+        return
+    (result,) = RangeIngestion(spark, plane, job, warehouse).run_pending()
+    assert sorted((r.id, instant(r.v)) for r in table.read_actual().collect()) == [(1, read[0]), (3, read[1])]
+    quarantine = VersionedTable(spark, plane, "lone__quarantine", QUARANTINE_KEY, QUARANTINE_SCHEMA,
+                                warehouse=warehouse)
+    assert [(r.source_key, r.reason) for r in quarantine.read_actual().collect()] == [
+        ('{"id": 2}', f"SQL source 'lone' {reason}")]
+    assert (result.rows_read, result.keys_written, result.rows_quarantined) == (3, 2, 1)
+
+
+@pytest.mark.parametrize("on_malformed", ["fail", "quarantine"])
+@pytest.mark.parametrize(("sql_type", "spark_type", "fits", "bad", "read", "shown"), LONE_SQLITE_VALUES)
+def test_a_sqlite_value_its_column_cannot_hold_alone_in_its_batch_is_refused_or_quarantined_never_converted(
+        tmp_path, spark, sqlite_url, warehouse, sql_type, spark_type, fits, bad, read, shown, on_malformed):
+    job = lone_value_job(f"sqlite:///{tmp_path / 'lone.db'}", sql_type, spark_type, fits, bad, on_malformed)
+    check_lone_value(spark, connect(sqlite_url), warehouse, job, read, shown)
+
+
+@pytest.mark.parametrize("on_malformed", ["fail", "quarantine"])
+@pytest.mark.parametrize(("sql_type", "spark_type", "fits", "bad", "read", "shown"), LONE_POSTGRESQL_VALUES)
+def test_a_postgresql_value_spark_cannot_hold_alone_in_its_batch_is_refused_or_quarantined_never_converted(
+        postgres_url, spark, sqlite_url, warehouse, sql_type, spark_type, fits, bad, read, shown, on_malformed):
+    job = lone_value_job(postgres_url, sql_type, spark_type, fits, bad, on_malformed)
+    check_lone_value(spark, connect(sqlite_url), warehouse, job, read, shown)

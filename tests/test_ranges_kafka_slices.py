@@ -41,3 +41,16 @@ def test_a_slice_whose_last_offsets_are_markers_or_aborted_messages_ends_where_t
     assert read(kafka_broker, topic, 2, 5) == []
     kafka_broker.produce(topic, ["c"])                        # 5: a slice that stops before it
     assert read(kafka_broker, topic, 0, 5) == [(0, "a"), (1, "b")]
+
+
+def test_a_slice_whose_last_offsets_are_markers_ends_at_its_stop_without_the_end_of_partition_fetch(kafka_broker):
+    """The markers come with the messages' fetch; the end-of-partition signal needs one
+    more, which these consumers postpone for a minute (a broker gone at that moment): the
+    slice ends once its position, moved past the markers, reaches the stop."""
+    topic = kafka_broker.new_topic("marker-end")
+    kafka_broker.transaction(topic, ["a", "b"])               # 0, 1, commit marker 2
+    kafka_broker.transaction(topic, ["x"], commit=False)      # 3, abort marker 4
+    postponed = {"queued.min.messages": 1, "fetch.queue.backoff.ms": 60_000}
+    assert read(kafka_broker, topic, 0, 5, **postponed) == [(0, "a"), (1, "b")]
+    assert read(kafka_broker, topic, 0, 3, **postponed) == [(0, "a"), (1, "b")]
+    assert read(kafka_broker, topic, 2, 5, **postponed) == []

@@ -10,11 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from pyspark.errors import PythonException
+from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, RangeKind
 from offset_assets.ranges.sources import SqlTableSource
-from offset_assets.ranges.sources.sql_read import MIN_ROWS_PER_SLICE, slice_bounds, slice_count
+from offset_assets.ranges.sources.sql import spark_type_for
+from offset_assets.ranges.sources.sql_arrow import arrow_backend
+from offset_assets.ranges.sources.sql_read import MIN_ROWS_PER_SLICE, slice_bounds, slice_count, source_engine
 from tests.test_cluster import run_driver
 
 DAY = datetime(2022, 1, 1)
@@ -217,3 +220,48 @@ def test_a_sqlite_source_is_read_as_the_file_is_now_never_created_by_a_read(tmp_
     with pytest.raises(SourceError, match="does not exist"):
         source.max_id()
     assert not path.exists()
+
+
+# Every column type the Arrow drivers read, the first rows null in some (the SQLite driver
+# infers a column's type from its values), as SQL literals per backend.
+TYPED_COLUMNS = {
+    "sqlite": "id INTEGER PRIMARY KEY, qty INTEGER, price REAL, amount NUMERIC(10, 2), ok BOOLEAN, name TEXT, "
+              "seen_at DATETIME, day DATE, raw BLOB",
+    "postgresql": "id int PRIMARY KEY, qty bigint, price float8, ratio real, amount numeric(10, 2), ok boolean, "
+                  "name text, seen_at timestamp, seen_tz timestamptz, day date, raw bytea",
+}
+TYPED_ROWS = {
+    "sqlite": ["(1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+               "(2, NULL, 0.1, NULL, 0, NULL, NULL, NULL, NULL)",
+               "(3, -7, 2.5, 0.1, 1, 'é', '2024-01-01 10:00:00.123456', '2024-01-01', x'0102')",
+               "(4, 9007199254740993, 1e300, 12345678.5, 0, '', '2024-01-02 10:00:00+02:00', '1970-01-01', x'')"],
+    "postgresql": ["(1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                   "(2, 9007199254740993, 0.1, 1.1, 0.1, false, 'é', '2024-01-01 10:00:00.123456', "
+                   "'2024-01-01 10:00:00+02', '2024-01-01', '\\x0102')",
+                   "(3, -7, 1e300, 3.4e38, 12345678.5, true, '', '1999-12-31 23:59:59', '2000-01-01 00:00:00Z', "
+                   "'1970-01-01', '\\x')"],
+}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_an_id_range_read_through_the_arrow_driver_equals_the_sqlalchemy_read_value_for_value(
+        backend, request, tmp_path, spark):
+    url = f"sqlite:///{tmp_path / 'typed.db'}" if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE typed ({TYPED_COLUMNS[backend]})")
+        conn.exec_driver_sql(f"INSERT INTO typed VALUES {', '.join(TYPED_ROWS[backend])}")
+    engine.dispose()
+    whole = DataRange(RangeKind.AUTO_INC_ID, "0", str(len(TYPED_ROWS[backend])))
+
+    def read(arrow_driver: bool) -> list[tuple]:
+        source = SqlTableSource(url, "typed", id_column="id", fetch_size=2, arrow_driver=arrow_driver)
+        return [tuple(row) for row in source.read_range(spark, whole).df.orderBy("id").collect()]
+
+    table = sa.Table("typed", sa.MetaData(), autoload_with=source_engine(url))
+    schema = T.StructType([T.StructField(c.name, spark_type_for(c.type)) for c in table.c])
+    assert arrow_backend(url, [(c.name, c.type) for c in table.c], schema) == backend
+    through_driver = read(arrow_driver=True)
+    assert through_driver == read(arrow_driver=False)
+    assert [row[1] for row in through_driver] == ([None, None, -7, 9007199254740993] if backend == "sqlite"
+                                                  else [None, 9007199254740993, -7])

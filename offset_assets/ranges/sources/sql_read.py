@@ -26,25 +26,24 @@ Executors need this package, SQLAlchemy, the database's DBAPI driver and pyarrow
 their Python, and a path or address that reaches the database: a SQLite file only
 works where the executors share the driver's file system.
 
-A value its column's type cannot hold (SQLite keeps any value in any column: `'many'` in
-an INTEGER one, `'yesterday'` in a DATETIME one) is never read as a null. A plain read
-fails on the first such row, naming its key, the column and the value; a marked read
-(`SlicedRead.marked`) nulls the value and describes the record in its `MALFORMED` column,
-for a job that quarantines it. The values are checked column by column as they are
-converted, and one by one only in a column where the conversion of a whole batch failed:
-a range without such a value costs what it cost before.
+A value its column's type cannot hold (SQLite keeps any value in any column: `'many'` or
+2.5 in an INTEGER one, `'yesterday'` in a DATETIME one) is never read as a null, nor as
+another value. A plain read fails on the first such row, naming its key, the column and
+the value; a marked read (`SlicedRead.marked`) nulls the value and describes the record in
+its `MALFORMED` column, for a job that quarantines it. The values are converted column by
+column (`sql_values.py`): a whole column at once where its values convert exactly, one by
+one where they may not: a range without such a value costs what it cost before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -58,6 +57,21 @@ from offset_assets.control_plane.database import mask_url, sqlalchemy_url
 from offset_assets.ranges.errors import MalformedValueError, SourceError
 from offset_assets.ranges.sources.batch import MALFORMED, MALFORMED_TYPE, SHOWN_CHARS
 from offset_assets.ranges.sources.slice_tasks import slice_tasks
+from offset_assets.ranges.sources.sql_arrow import (
+    NotExact,
+    arrow_backend,
+    cast_column,
+    misfit_condition,
+    python_values,
+    read_arrow_slice,
+)
+from offset_assets.ranges.sources.sql_values import (
+    Processor,
+    column_array,
+    infinite_dates_as_text,
+    processed,
+    read_type,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,9 +82,6 @@ MIN_ROWS_PER_SLICE = 10_000
 # How a SQL range is cut into slices: by id, or by time (not the planners' `RangeKind`,
 # the kind of a job's ranges).
 SliceKind = Literal["id", "time"]
-
-# What converting one value can raise: a processor's parse error, Arrow's refusal.
-_CONVERSION_ERRORS = (ValueError, TypeError, ArithmeticError, OverflowError)
 
 _engines: dict[str, sa.Engine] = {}
 _engines_lock = threading.Lock()
@@ -93,6 +104,8 @@ def source_engine(url: str) -> sa.Engine:
                                               poolclass=sa.pool.NullPool)
                 else:
                     engine = sa.create_engine(parsed, pool_pre_ping=True)
+                    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg2":
+                        sa.event.listen(engine, "connect", infinite_dates_as_text)
             except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
                 raise SourceError(f"bad source URL {mask_url(url)!r}: {exc}") from None
             _engines[url] = engine
@@ -161,25 +174,6 @@ def session_parallelism(spark: SparkSession) -> int:
     return int(spark.conf.get("spark.default.parallelism", None) or 1)
 
 
-def to_spark_value(value: Any, spark_type: T.DataType) -> Any:
-    """A database value as the Spark type its column is read as."""
-    if value is None:
-        return None
-    if isinstance(spark_type, T.TimestampType) and isinstance(value, datetime):
-        # Naive database timestamps are UTC.
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(spark_type, T.DoubleType):
-        return float(value)
-    if isinstance(spark_type, T.LongType):
-        number = int(value)
-        if isinstance(value, float | Decimal) and number != value:  # 2.5 in an INTEGER column
-            raise ValueError(f"{value!r} is not an integer")
-        return number
-    if isinstance(spark_type, T.DecimalType) and not isinstance(value, Decimal):
-        return Decimal(str(value))
-    return value
-
-
 @dataclass(frozen=True)
 class SqlSlice:
     """One slice of a range: the rows between `lower` and `upper` (see `range_condition`)."""
@@ -207,6 +201,7 @@ class SlicedRead:
     fetch_size: int
     key_columns: tuple[str, ...] = ()  # what names a row in errors and quarantines
     marked: bool = False  # malformed records read and marked (`MALFORMED`), not refused
+    arrow_driver: bool = True  # id slices of SQLite and PostgreSQL through their ADBC driver (`sql_arrow.py`)
 
     @property
     def where(self) -> str:
@@ -220,7 +215,7 @@ class SlicedRead:
         return T.StructType([*self.schema.fields, T.StructField(MALFORMED, MALFORMED_TYPE)])
 
     def _table(self) -> sa.TableClause:
-        return sa.table(self.table, *[sa.column(name, type_) for name, type_ in self.columns],
+        return sa.table(self.table, *[sa.column(name, read_type(type_)) for name, type_ in self.columns],
                         schema=self.db_schema)
 
     def _range_column(self) -> sa.ColumnClause:
@@ -252,6 +247,14 @@ class SlicedRead:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         arrow_schema = to_arrow_schema(self.output_schema, timezone="UTC")
+        backend = None
+        if self.arrow_driver and self.kind == "id":
+            backend = arrow_backend(self.url, self.columns, self.schema)
+        if backend is not None:
+            batches = self._read_arrow(backend, piece, arrow_schema)
+            if batches is not None:
+                yield from batches
+                return
         try:
             with source_engine(self.url).connect() as conn:
                 for columns, processors in self._fetch_columns(conn, piece):
@@ -261,6 +264,53 @@ class SlicedRead:
                 f"{self.where}: slice {piece.index} ({piece.lower!r}, {piece.upper!r}) of "
                 f"{self.range_column!r}: {str(exc).splitlines()[0]}"
             ) from None
+
+    def _read_arrow(self, backend: str, piece: SqlSlice, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch] | None:
+        """The slice through the backend's Arrow driver (`sql_arrow.py`), None when the
+        database counts a row in it the driver would not read as the exact path does."""
+        import pyarrow as pa
+
+        dialect = source_engine(self.url).dialect
+        condition = range_condition(self._range_column(), self.kind, piece.lower, piece.upper)
+        misfit = misfit_condition(backend, [(f.name, f.dataType) for f in self.schema.fields],
+                                  dialect.identifier_preparer.quote)
+        counted = (sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(sa.case((sa.text(misfit), 1), else_=0)), 0))
+                   .select_from(self._table()).where(condition))
+        processors = [read_type(type_).dialect_impl(dialect).result_processor(dialect, None)
+                      for _, type_ in self.columns]
+
+        def convert(batch: pa.RecordBatch) -> pa.RecordBatch:
+            try:
+                arrays = [cast_column(batch.column(i), field.dataType, arrow_schema.field(i).type, processors[i])
+                          for i, field in enumerate(self.schema.fields)]
+            except NotExact:  # the batch as the exact path converts it, from the same values
+                return self._record_batch([python_values(column) for column in batch.columns], processors,
+                                          arrow_schema)
+            if self.marked:
+                arrays.append(pa.nulls(batch.num_rows, arrow_schema.field(len(arrays)).type))
+            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+        def sql(query: sa.Select) -> str:
+            return str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+
+        with self._driver_errors_named(piece):
+            batches = read_arrow_slice(backend, self.url, sql(counted), sql(self.slice_query(piece)), self.fetch_size,
+                                       convert)
+        return None if batches is None else self._named_errors_of(batches, piece)
+
+    def _named_errors_of(self, batches: Iterator[pa.RecordBatch], piece: SqlSlice) -> Iterator[pa.RecordBatch]:
+        with self._driver_errors_named(piece):
+            yield from batches
+
+    @contextlib.contextmanager
+    def _driver_errors_named(self, piece: SqlSlice) -> Iterator[None]:
+        import adbc_driver_manager
+
+        try:
+            yield
+        except adbc_driver_manager.Error as exc:
+            raise SourceError(f"{self.where}: slice {piece.index} ({piece.lower!r}, {piece.upper!r}) of "
+                              f"{self.range_column!r}: {str(exc).splitlines()[0]}") from None
 
     def _fetch_columns(self, conn: sa.Connection, piece: SqlSlice
                        ) -> Iterator[tuple[list[Sequence[Any]], list[Processor | None]]]:
@@ -279,7 +329,8 @@ class SlicedRead:
             for rows in conn.execution_options(yield_per=self.fetch_size).execute(query).partitions():
                 yield list(zip(*rows, strict=True)), unprocessed
             return
-        processors = [type_.dialect_impl(dialect).result_processor(dialect, None) for _, type_ in self.columns]
+        processors = [read_type(type_).dialect_impl(dialect).result_processor(dialect, None)
+                      for _, type_ in self.columns]
         cursor = conn.execute(query).cursor
         while rows := cursor.fetchmany(self.fetch_size):
             yield list(zip(*rows, strict=True)), processors
@@ -294,9 +345,11 @@ class SlicedRead:
         bad: dict[int, int] = {}  # row -> the first column whose value does not fit
         arrays = []
         for i, (values, process, field) in enumerate(zip(columns, processors, self.schema.fields, strict=True)):
-            processed = _processed(values, process, lambda row, column=i: bad.setdefault(row, column))
-            arrays.append(self._column_array(processed, field, arrow_schema.field(i).type,
-                                             lambda row, column=i: bad.setdefault(row, column)))
+            def does_not_fit(row: int, column: int = i) -> None:
+                bad.setdefault(row, column)
+
+            arrays.append(column_array(processed(values, process, does_not_fit), field.dataType,
+                                       arrow_schema.field(i).type, does_not_fit))
         if bad and not self.marked:
             row = min(bad)
             raise MalformedValueError(f"{self.where}: {self._reason(columns, row, bad[row])}")
@@ -321,34 +374,6 @@ class SlicedRead:
         return {"source_key": self._row_key(columns, row), "raw_value": json.dumps(raw, default=str),
                 "reason": f"SQL source {self.table!r} {self._reason(columns, row, column)}"}
 
-    def _column_array(self, values: Sequence[Any], field: T.StructField, arrow_type: pa.DataType,
-                      does_not_fit: Callable[[int], object]) -> pa.Array:
-        # Arrow converts the values the driver would hand over as they are (a naive
-        # timestamp is taken as UTC); the rest (ints in a REAL column, floats in a
-        # NUMERIC one) first become the column's Spark type; a value that still does not
-        # convert is reported by its row (`does_not_fit`) and read as a null.
-        import pyarrow as pa
-
-        errors = (pa.ArrowInvalid, pa.ArrowTypeError, *_CONVERSION_ERRORS)
-        try:
-            return pa.array(values, type=arrow_type)
-        except errors:
-            pass
-        try:
-            return pa.array([to_spark_value(v, field.dataType) for v in values], type=arrow_type)
-        except errors:
-            pass
-        converted = []
-        for row, value in enumerate(values):
-            try:
-                value = to_spark_value(value, field.dataType)
-                pa.array([value], type=arrow_type)
-            except errors:
-                does_not_fit(row)
-                value = None
-            converted.append(value)
-        return pa.array(converted, type=arrow_type)
-
     def read_slice_number(self, index: int) -> Iterator[pa.RecordBatch]:
         """Slice `index`'s rows (`slice_tasks` hands a task its slice's number)."""
         return self.read_slice(self.slices()[index])
@@ -356,29 +381,6 @@ class SlicedRead:
     def dataframe(self, spark: SparkSession) -> DataFrame:
         """The range as a DataFrame read by one task per slice (`slice_tasks.py`)."""
         return slice_tasks(spark, len(self.slices()), self.read_slice_number, self.output_schema)
-
-
-Processor = Callable[[Any], Any]
-
-
-def _processed(values: Sequence[Any], process: Processor | None, does_not_fit: Callable[[int], object]
-               ) -> Sequence[Any]:
-    """`values` through their column type's result processor: the whole column at once,
-    value by value only when one raised (it is reported by its row and read as a null)."""
-    if process is None:
-        return values
-    try:
-        return [process(value) for value in values]
-    except _CONVERSION_ERRORS:
-        pass
-    processed = []
-    for row, value in enumerate(values):
-        try:
-            processed.append(process(value))
-        except _CONVERSION_ERRORS:
-            does_not_fit(row)
-            processed.append(None)
-    return processed
 
 
 def _shown(value: Any) -> str:
