@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from offset_assets.ranges.sources.kafka_read import OffsetSlice, read_slice
 
-# The first fetch is the only one within the tests' timeouts.
+# The first fetch is the only one within the tests' timeouts: a read that waited for a
+# second one would take a minute, three times the timeout. The timeout is not shorter since
+# a consumer's first fetch (connection, metadata, fetch) took over 2 s on a loaded CI machine.
+TIMEOUT_S = 20.0
 ONE_FETCH = {"max.partition.fetch.bytes": 1, "queued.min.messages": 1, "fetch.queue.backoff.ms": 60_000}
 
 
 def read(broker, topic, start, stop, **settings) -> list[tuple[int, str]]:
     config = {"bootstrap.servers": broker.bootstrap_servers, "group.id": "slices", **settings}
-    return [(row[2], row[5]) for row in read_slice(config, OffsetSlice(topic, 0, start, stop), 2.0)]
+    return [(row[2], row[5]) for row in read_slice(config, OffsetSlice(topic, 0, start, stop), TIMEOUT_S)]
 
 
 def test_a_slice_ending_at_a_committed_message_ends_with_it_without_waiting_for_the_partition_end(

@@ -28,7 +28,7 @@ def story(server: ConnectServer, command: str, tmp_path) -> dict:
 def test_every_system_time_clause_through_sql_over_connect_equals_the_versioned_tables_read(connect_server, tmp_path):
     compared = story(connect_server, "clauses", tmp_path)
 
-    assert len(compared) == 17
+    assert len(compared) == 23
     for query, (through_sql, through_table) in compared.items():
         assert through_sql == through_table, query
     assert [row["post_id"] for row in compared["SELECT * FROM posts"][0]] == [1, 2, 4, 5, 7]
