@@ -35,17 +35,25 @@ def table_rows(table: VersionedTable) -> list[tuple]:
 
 
 def test_a_reverted_window_waits_for_a_run_by_hand_and_loads_the_fixed_source_while_later_windows_go_on(
-        sqlite_url, spark, warehouse, source_url):
+    sqlite_url, spark, warehouse, source_url
+):
     plane = connect(sqlite_url)
     log = JobLog(plane)
-    insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1, 9)), ("bob", "Rome", datetime(2022, 1, 2, 9)),
-                     ("cid", "LIMA??", datetime(2022, 1, 3, 9)), ("dan", "PARIS??", datetime(2022, 1, 3, 10)))
+    insert_customers(
+        source_url,
+        ("ann", "Oslo", datetime(2022, 1, 1, 9)),
+        ("bob", "Rome", datetime(2022, 1, 2, 9)),
+        ("cid", "LIMA??", datetime(2022, 1, 3, 9)),
+        ("dan", "PARIS??", datetime(2022, 1, 3, 10)),
+    )
     ingestion = RangeIngestion(spark, plane, daily_customers_job(source_url), warehouse)
     ingestion.run_pending(now=datetime(2022, 1, 4, 1, tzinfo=UTC))  # windows 1, 2 and the bad 3: deltas 1-3
     table = VersionedTable(spark, plane, "daily_customers", ["id"], CUSTOMERS, warehouse=warehouse)
     assert [(r.data_range_start, r.target_table, r.target_delta_num) for r in log.history("daily_customers")] == [
-        ("20220101000000", "daily_customers", 1), ("20220102000000", "daily_customers", 2),
-        ("20220103000000", "daily_customers", 3)]
+        ("20220101000000", "daily_customers", 1),
+        ("20220102000000", "daily_customers", 2),
+        ("20220103000000", "daily_customers", 3),
+    ]
 
     planned = plan_revert(table, 2)
     result = revert_table(table, 2)
@@ -70,7 +78,8 @@ def test_a_reverted_window_waits_for_a_run_by_hand_and_loads_the_fixed_source_wh
 
 
 def test_a_reverted_id_range_is_skipped_by_the_plan_and_a_revert_of_the_revert_makes_it_a_success_again(
-        sqlite_url, spark, warehouse, source_url):
+    sqlite_url, spark, warehouse, source_url
+):
     plane = connect(sqlite_url)
     log = JobLog(plane)
     day = datetime(2022, 1, 1)
@@ -85,7 +94,9 @@ def test_a_reverted_id_range_is_skipped_by_the_plan_and_a_revert_of_the_revert_m
     insert_customers(source_url, ("dan", "Kyiv", day))
 
     assert [(r.data_range_start, r.status) for r in log.history("raw_customers")] == [
-        ("0", "SUCCESS"), ("2", "REVERTED")]
+        ("0", "SUCCESS"),
+        ("2", "REVERTED"),
+    ]
     assert [(r.start, r.end) for r in ingestion.plan()] == [("3", "4")]  # after the reverted range, not it
     ingestion.run_pending()  # (3, 4]: delta 4
     assert table_rows(table) == [(1, "ann", "Oslo"), (2, "bob", "Rome"), (4, "dan", "Kyiv")]
@@ -95,5 +106,8 @@ def test_a_reverted_id_range_is_skipped_by_the_plan_and_a_revert_of_the_revert_m
     assert [r.data_range_start for r in undone.ranges.restored] == ["2"]
     assert [r.data_range_start for r in undone.ranges.reverted] == ["3"]
     assert [(r.data_range_start, r.status, r.reverted_by_delta) for r in log.history("raw_customers")] == [
-        ("0", "SUCCESS", None), ("2", "SUCCESS", None), ("3", "REVERTED", 5)]
+        ("0", "SUCCESS", None),
+        ("2", "SUCCESS", None),
+        ("3", "REVERTED", 5),
+    ]
     assert table_rows(table) == [(1, "ann", "Oslo"), (2, "bob", "Rome"), (3, "cid", "??")]

@@ -65,7 +65,8 @@ def test_a_revert_commits_the_state_as_of_the_delta_as_a_new_delta_and_keeps_eve
 
 
 def test_a_revert_writes_only_the_keys_changed_after_the_delta_and_no_version_for_one_changed_back(
-        spark, sqlite_url, warehouse):
+    spark, sqlite_url, warehouse
+):
     table = VersionedTable(spark, connect(sqlite_url), "orders", ["id"], SCHEMA, warehouse=warehouse)
     write(table, [(key, f"v{key}") for key in range(1, 201)])
     write(table, [(7, "bad"), (8, "bad")])
@@ -84,8 +85,11 @@ def test_the_dry_run_plans_what_the_revert_then_does_and_writes_nothing(orders):
 
     assert (plan.to_delta, plan.last_delta) == (1, 3)
     assert plan.changes == RevertChanges(upserted_back=3, deleted=2, restored=1, unchanged=0)
-    assert plan.samples == {"upserted_back": [{"id": None}, {"id": 1}], "deleted": [{"id": 4}, {"id": 5}],
-                            "restored": [{"id": 3}]}
+    assert plan.samples == {
+        "upserted_back": [{"id": None}, {"id": 1}],
+        "deleted": [{"id": 4}, {"id": 5}],
+        "restored": [{"id": 3}],
+    }
     assert orders.last_committed().delta_num == 3 and orders.hot() is None
     assert revert_table(orders, 1).changes == plan.changes
 
@@ -126,11 +130,17 @@ def assert_unchanged(table: VersionedTable, last: int = 3) -> None:
     assert table.hot() is None or table.hot().holder != "revert"
 
 
-@pytest.mark.parametrize(("to_delta", "message"), [
-    (4, "table 'orders': cannot revert to delta 4: it does not exist (last committed: 3)"),
-    (-1, "table 'orders': cannot revert to delta -1: a delta number is an integer >= 0 (0: the empty table "
-         "before its first delta)"),
-])
+@pytest.mark.parametrize(
+    ("to_delta", "message"),
+    [
+        (4, "table 'orders': cannot revert to delta 4: it does not exist (last committed: 3)"),
+        (
+            -1,
+            "table 'orders': cannot revert to delta -1: a delta number is an integer >= 0 (0: the empty table "
+            "before its first delta)",
+        ),
+    ],
+)
 def test_a_revert_to_a_delta_that_does_not_exist_is_refused(orders, to_delta, message):
     with pytest.raises(RevertError) as refused:
         revert_table(orders, to_delta)
@@ -143,8 +153,11 @@ def test_a_revert_to_a_delta_that_does_not_exist_is_refused(orders, to_delta, me
 def test_a_revert_of_a_table_another_writer_holds_is_refused_naming_the_holder(orders):
     partner = orders.open_delta(holder="partner-load", run_id="nightly")
 
-    with pytest.raises(HotDeltaHeldError, match=r"^table 'orders' already has hot delta 4 held by 'partner-load' "
-                                                r"\(run 'nightly'") as refused:
+    with pytest.raises(
+        HotDeltaHeldError,
+        match=r"^table 'orders' already has hot delta 4 held by 'partner-load' "
+        r"\(run 'nightly'",
+    ) as refused:
         revert_table(orders, 1)
 
     assert "\n" not in str(refused.value)
@@ -161,7 +174,8 @@ def test_a_revert_to_a_delta_whose_files_are_gone_is_refused_naming_the_delta(or
 
     assert str(refused.value) == (
         f"table 'orders': cannot revert to delta 1: the files of delta 2 are gone ({orders.delta(2).data_path}); "
-        "cleanup never removes a committed delta's files, so they were removed outside the catalog")
+        "cleanup never removes a committed delta's files, so they were removed outside the catalog"
+    )
     assert_unchanged(orders)
 
 
@@ -183,10 +197,12 @@ def test_a_transformations_output_and_meta_are_refused_their_inputs_are_not(spar
     assert str(output.value) == (
         "table 'enriched_posts': is an output of transformation 'enrich_posts' (delta 1 was committed with its meta "
         "table '_meta__enrich_posts'): a revert would leave its offsets and meta saying keys are processed that no "
-        "longer hold what it wrote; revert its inputs, and its next run follows")
+        "longer hold what it wrote; revert its inputs, and its next run follows"
+    )
     assert str(of_meta.value) == (
         "table '_meta__enrich_posts': is the meta table of transformation 'enrich_posts' (which keys it processed, "
-        "and when): a revert would make it lie; reset or reprocess the transformation instead")
+        "and when): a revert would make it lie; reset or reprocess the transformation instead"
+    )
     assert world.enriched.last_committed().delta_num == 2 and meta.last_committed().delta_num == 2
     assert revert_table(world.posts, 1).delta.delta_num == 3  # an input is reverted, and its run follows
     engine.run_full(world.enriched_transformation())

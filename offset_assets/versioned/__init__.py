@@ -7,5 +7,13 @@ from offset_assets.versioned.revert import RevertPlan, RevertResult, plan_revert
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.writes import WriteStats
 
-__all__ = ["HotDelta", "RevertPlan", "RevertResult", "VersionedTable", "WriteStats", "commit_deltas", "plan_revert",
-           "revert_table"]
+__all__ = [
+    "HotDelta",
+    "RevertPlan",
+    "RevertResult",
+    "VersionedTable",
+    "WriteStats",
+    "commit_deltas",
+    "plan_revert",
+    "revert_table",
+]

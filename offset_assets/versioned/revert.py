@@ -126,8 +126,12 @@ def plan_revert(table: VersionedTable, to_delta: int, sample: int = SAMPLE_KEYS)
     if not any(not d.is_empty for d in undone):
         return RevertPlan(table.name, to_delta, last_num, RevertChanges(0, 0, 0), {}, ranges)
     compared = _compared(table, to_delta, _changed_keys(table, undone))
-    counts = compared.agg(*[F.sum(F.when(F.col(_KIND) == kind, 1).otherwise(0)).alias(kind)
-                            for kind in (UPSERTED_BACK, DELETED, RESTORED, UNCHANGED)]).first()
+    counts = compared.agg(
+        *[
+            F.sum(F.when(F.col(_KIND) == kind, 1).otherwise(0)).alias(kind)
+            for kind in (UPSERTED_BACK, DELETED, RESTORED, UNCHANGED)
+        ]
+    ).first()
     changes = RevertChanges(*(int(counts[kind] or 0) for kind in (UPSERTED_BACK, DELETED, RESTORED, UNCHANGED)))
     return RevertPlan(table.name, to_delta, last_num, changes, _samples(table, compared, sample), ranges)
 
@@ -145,8 +149,7 @@ def revert_table(table: VersionedTable, to_delta: int, run_id: str | None = None
         undone = _undone_deltas(table, to_delta, last_num)
         if not undone:
             hot.rollback()
-            return RevertResult(table.name, to_delta, last_num, None, RevertChanges(0, 0, 0),
-                                RevertedRanges([], []))
+            return RevertResult(table.name, to_delta, last_num, None, RevertChanges(0, 0, 0), RevertedRanges([], []))
         written = _write_states_then(table, hot, to_delta, undone)
         with commit_transaction([hot]) as commit:
             table.catalog.record_revert(commit.conn, table.name, hot.delta_num, to_delta)
@@ -164,13 +167,19 @@ def revert_table(table: VersionedTable, to_delta: int, run_id: str | None = None
 def _check_request(table: VersionedTable, to_delta: int) -> None:
     """Refusals that need no catalog read: the number itself, a transformation's meta."""
     if isinstance(to_delta, bool) or not isinstance(to_delta, int) or to_delta < 0:
-        raise RevertError(table.name, f"cannot revert to delta {to_delta!r}: a delta number is an integer "
-                                      ">= 0 (0: the empty table before its first delta)")
+        raise RevertError(
+            table.name,
+            f"cannot revert to delta {to_delta!r}: a delta number is an integer "
+            ">= 0 (0: the empty table before its first delta)",
+        )
     if table.name.startswith(META_TABLE_PREFIX):
         transformation = table.name.removeprefix(META_TABLE_PREFIX)
-        raise RevertError(table.name, f"is the meta table of transformation {transformation!r} (which keys it "
-                                      "processed, and when): a revert would make it lie; reset or reprocess "
-                                      "the transformation instead")
+        raise RevertError(
+            table.name,
+            f"is the meta table of transformation {transformation!r} (which keys it "
+            "processed, and when): a revert would make it lie; reset or reprocess "
+            "the transformation instead",
+        )
 
 
 def _undone_deltas(table: VersionedTable, to_delta: int, last_num: int) -> list[DeltaInfo]:
@@ -179,27 +188,37 @@ def _undone_deltas(table: VersionedTable, to_delta: int, last_num: int) -> list[
     the revert reads is there."""
     name = table.name
     if to_delta > last_num:
-        raise RevertError(name, f"cannot revert to delta {to_delta}: it does not exist (last committed: "
-                                f"{last_num if last_num else 'none'})")
+        raise RevertError(
+            name,
+            f"cannot revert to delta {to_delta}: it does not exist (last committed: "
+            f"{last_num if last_num else 'none'})",
+        )
     written_by = table.catalog.transformation_commit_after(name, 0)
     if written_by is not None:
         delta_num, meta = written_by
         transformation = meta.removeprefix(META_TABLE_PREFIX)
-        raise RevertError(name, f"is an output of transformation {transformation!r} (delta {delta_num} was "
-                                f"committed with its meta table {meta!r}): a revert would leave its offsets "
-                                "and meta saying keys are processed that no longer hold what it wrote; revert "
-                                "its inputs, and its next run follows")
+        raise RevertError(
+            name,
+            f"is an output of transformation {transformation!r} (delta {delta_num} was "
+            f"committed with its meta table {meta!r}): a revert would leave its offsets "
+            "and meta saying keys are processed that no longer hold what it wrote; revert "
+            "its inputs, and its next run follows",
+        )
     if to_delta == last_num:
         return []
     undone = table.catalog.committed(name, after_delta=to_delta, up_to_delta=last_num)
     snapshot, before, _ = table.actual_sources(to_delta)
     read = ([(f"the snapshot at delta {snapshot.delta_num}", snapshot.data_path)] if snapshot else []) + [
-        (f"delta {d.delta_num}", d.data_path) for d in [*before, *undone] if not d.is_empty]
+        (f"delta {d.delta_num}", d.data_path) for d in [*before, *undone] if not d.is_empty
+    ]
     for what, path in read:
         if not table.files.exists(path):
-            raise RevertError(name, f"cannot revert to delta {to_delta}: the files of {what} are gone ({path}); "
-                                    "cleanup never removes a committed delta's files, so they were removed "
-                                    "outside the catalog")
+            raise RevertError(
+                name,
+                f"cannot revert to delta {to_delta}: the files of {what} are gone ({path}); "
+                "cleanup never removes a committed delta's files, so they were removed "
+                "outside the catalog",
+            )
     return undone
 
 
@@ -243,8 +262,9 @@ def _write_states_then(table: VersionedTable, hot: HotDelta, to_delta: int, undo
         return join_on_keys(versions, keys, pk, "left_semi", nullable)
 
     # The undone deltas' versions bound the keys (a plan hint, no count): one pass.
-    stats = hot.write(then, last=True, rows=bound, replacing=Replacement(select),
-                      column_types=column_types(table.schema))
+    stats = hot.write(
+        then, last=True, rows=bound, replacing=Replacement(select), column_types=column_types(table.schema)
+    )
     inserted = stats.rows_inserted or 0
     return RevertChanges(stats.rows_upserted - inserted, stats.rows_deleted, inserted, stats.rows_unchanged)
 
@@ -259,11 +279,18 @@ def _compared(table: VersionedTable, to_delta: int, keys: DataFrame) -> DataFram
     state = f"struct({', '.join(quoted(c) for c in table.data_columns)}) AS {_STATE}"
     then = table.read_actual(as_of_delta=to_delta, keys=keys).selectExpr(*pk, state, f"true AS {_THEN}")
     now = table.read_actual(keys=keys).selectExpr(*pk, state, f"false AS {_THEN}")
-    grouped = then.unionByName(now).groupBy(*pk).agg(
-        F.max(F.when(F.col(_THEN), F.col(_STATE))).alias(_TARGET),
-        F.max(F.when(~F.col(_THEN), F.col(_STATE))).alias(_CURRENT))
-    kind = (f"CASE WHEN {_TARGET} IS NULL THEN '{DELETED}' WHEN {_CURRENT} IS NULL THEN '{RESTORED}' "
-            f"WHEN {_TARGET} <=> {_CURRENT} THEN '{UNCHANGED}' ELSE '{UPSERTED_BACK}' END")
+    grouped = (
+        then.unionByName(now)
+        .groupBy(*pk)
+        .agg(
+            F.max(F.when(F.col(_THEN), F.col(_STATE))).alias(_TARGET),
+            F.max(F.when(~F.col(_THEN), F.col(_STATE))).alias(_CURRENT),
+        )
+    )
+    kind = (
+        f"CASE WHEN {_TARGET} IS NULL THEN '{DELETED}' WHEN {_CURRENT} IS NULL THEN '{RESTORED}' "
+        f"WHEN {_TARGET} <=> {_CURRENT} THEN '{UNCHANGED}' ELSE '{UPSERTED_BACK}' END"
+    )
     return grouped.selectExpr(*pk, f"{kind} AS {_KIND}")
 
 
@@ -273,7 +300,8 @@ def _samples(table: VersionedTable, compared: DataFrame, sample: int) -> dict[st
         return {}
     order = ", ".join(f"{quoted(c)} ASC NULLS FIRST" for c in table.primary_key)
     ranked = compared.where(f"{_KIND} <> '{UNCHANGED}'").withColumn(
-        "__rank", F.expr(f"row_number() OVER (PARTITION BY {_KIND} ORDER BY {order})"))
+        "__rank", F.expr(f"row_number() OVER (PARTITION BY {_KIND} ORDER BY {order})")
+    )
     found: dict[str, list[dict[str, Any]]] = {}
     for row in ranked.where(f"__rank <= {int(sample)}").orderBy(_KIND, "__rank").collect():
         found.setdefault(row[_KIND], []).append({c: row[c] for c in table.primary_key})

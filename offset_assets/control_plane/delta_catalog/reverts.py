@@ -25,15 +25,20 @@ class RevertRecords:
         transformation's output. A commit's
         timestamp is its own (the commit clock only moves forward), so one commit's deltas
         share it and no other delta has it."""
-        metas = (sa.select(versioned_table.c.table_name)
-                 .where(versioned_table.c.table_name.startswith(META_TABLE_PREFIX, autoescape=True)))
+        metas = sa.select(versioned_table.c.table_name).where(
+            versioned_table.c.table_name.startswith(META_TABLE_PREFIX, autoescape=True)
+        )
         mine = table_delta.alias("mine")
         meta = table_delta.alias("meta")
         query = (
             sa.select(mine.c.delta_num, meta.c.table_name)
             .join(meta, sa.and_(meta.c.commit_ts == mine.c.commit_ts, meta.c.status == COMMITTED))
-            .where(mine.c.table_name == table_name, mine.c.status == COMMITTED, mine.c.delta_num > after_delta,
-                   meta.c.table_name.in_(metas))
+            .where(
+                mine.c.table_name == table_name,
+                mine.c.status == COMMITTED,
+                mine.c.delta_num > after_delta,
+                meta.c.table_name.in_(metas),
+            )
             .order_by(mine.c.delta_num)
             .limit(1)
         )
@@ -44,6 +49,8 @@ class RevertRecords:
     def record_revert(self, conn: Connection, table_name: str, delta_num: int, reverts_to: int) -> None:
         """Record, in the caller's commit transaction, that delta `delta_num` of
         `table_name` set the table back to its state as of delta `reverts_to`."""
-        conn.execute(table_delta.update()
-                     .where(table_delta.c.table_name == table_name, table_delta.c.delta_num == delta_num)
-                     .values(reverts_to=reverts_to))
+        conn.execute(
+            table_delta.update()
+            .where(table_delta.c.table_name == table_name, table_delta.c.delta_num == delta_num)
+            .values(reverts_to=reverts_to)
+        )

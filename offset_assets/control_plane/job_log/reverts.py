@@ -37,15 +37,20 @@ class RangeReverts:
     plane: ControlPlane
     _clock: Callable[[], float]
 
-    def ranges_reverted_by(self, table_name: str, to_delta: int, conn: Connection | None = None
-                           ) -> RevertedRanges:
+    def ranges_reverted_by(self, table_name: str, to_delta: int, conn: Connection | None = None) -> RevertedRanges:
         """What a revert of `table_name` to delta `to_delta` would do to job_log (nothing
         is written): the ranges it marks REVERTED, and those it marks SUCCESS again."""
         with self.plane.within(conn) as tx:
-            reverted = tx.execute(sa.select(job_log).where(*_after(table_name, to_delta))
-                                  .order_by(job_log.c.job_id)).mappings().all()
-            restored = tx.execute(sa.select(job_log).where(*_back(table_name, to_delta))
-                                  .order_by(job_log.c.job_id)).mappings().all()
+            reverted = (
+                tx.execute(sa.select(job_log).where(*_after(table_name, to_delta)).order_by(job_log.c.job_id))
+                .mappings()
+                .all()
+            )
+            restored = (
+                tx.execute(sa.select(job_log).where(*_back(table_name, to_delta)).order_by(job_log.c.job_id))
+                .mappings()
+                .all()
+            )
         return RevertedRanges([JobRecord(**row) for row in reverted], [JobRecord(**row) for row in restored])
 
     def mark_reverted(self, conn: Connection, table_name: str, to_delta: int, revert_delta: int) -> RevertedRanges:
@@ -54,18 +59,27 @@ class RangeReverts:
         whose rows were committed at or before it, undone by a revert after it, SUCCESS."""
         marks = self.ranges_reverted_by(table_name, to_delta, conn)
         now = self._clock()
-        conn.execute(job_log.update().where(*_after(table_name, to_delta)).values(
-            status=JobStatus.REVERTED.value, reverted_by_delta=revert_delta, last_update_time=now))
-        conn.execute(job_log.update().where(*_back(table_name, to_delta)).values(
-            status=JobStatus.SUCCESS.value, reverted_by_delta=None, last_update_time=now))
+        conn.execute(
+            job_log.update()
+            .where(*_after(table_name, to_delta))
+            .values(status=JobStatus.REVERTED.value, reverted_by_delta=revert_delta, last_update_time=now)
+        )
+        conn.execute(
+            job_log.update()
+            .where(*_back(table_name, to_delta))
+            .values(status=JobStatus.SUCCESS.value, reverted_by_delta=None, last_update_time=now)
+        )
         return marks
 
 
 def _after(table_name: str, to_delta: int) -> list:
-    return [job_log.c.target_table == table_name, job_log.c.target_delta_num > to_delta,
-            job_log.c.status.in_(_UNDONE)]
+    return [job_log.c.target_table == table_name, job_log.c.target_delta_num > to_delta, job_log.c.status.in_(_UNDONE)]
 
 
 def _back(table_name: str, to_delta: int) -> list:
-    return [job_log.c.target_table == table_name, job_log.c.target_delta_num <= to_delta,
-            job_log.c.status == JobStatus.REVERTED.value, job_log.c.reverted_by_delta > to_delta]
+    return [
+        job_log.c.target_table == table_name,
+        job_log.c.target_delta_num <= to_delta,
+        job_log.c.status == JobStatus.REVERTED.value,
+        job_log.c.reverted_by_delta > to_delta,
+    ]

@@ -37,10 +37,17 @@ def upgrade() -> None:
 
 
 def _record_targets_of_earlier_ranges() -> None:
-    job_log = sa.table("job_log", sa.column("job_id"), sa.column("attempt"), sa.column("status"),
-                       sa.column("target_table"), sa.column("target_delta_num"))
-    step_log = sa.table("step_log", sa.column("job_id"), sa.column("attempt"), sa.column("step_id"),
-                        sa.column("output"))
+    job_log = sa.table(
+        "job_log",
+        sa.column("job_id"),
+        sa.column("attempt"),
+        sa.column("status"),
+        sa.column("target_table"),
+        sa.column("target_delta_num"),
+    )
+    step_log = sa.table(
+        "step_log", sa.column("job_id"), sa.column("attempt"), sa.column("step_id"), sa.column("output")
+    )
     conn = op.get_bind()
     writes = conn.execute(
         sa.select(job_log.c.job_id, step_log.c.output)
@@ -54,8 +61,11 @@ def _record_targets_of_earlier_ranges() -> None:
             continue  # not a range's write step: nothing to record
         table, delta_num = written.get("table"), written.get("delta_num")
         if isinstance(table, str) and isinstance(delta_num, int):
-            conn.execute(job_log.update().where(job_log.c.job_id == job_id)
-                         .values(target_table=table, target_delta_num=delta_num))
+            conn.execute(
+                job_log.update()
+                .where(job_log.c.job_id == job_id)
+                .values(target_table=table, target_delta_num=delta_num)
+            )
 
 
 def downgrade() -> None:
