@@ -51,14 +51,14 @@ class RevertConfig(dg.Config):
     dry_run: bool = Field(default=False, description="Report what the revert would change; write nothing.")
 
 
-def revert_job(ingestion_assets: Sequence[dg.AssetsDefinition] = (), name: str = REVERT_JOB) -> dg.JobDefinition:
+def revert_job(ingestion_assets: "Sequence[dg.AssetsDefinition]" = (), name: str = REVERT_JOB) -> "dg.JobDefinition":
     """A job of one op that reverts a versioned table: launched with a `RevertConfig`
     (`ops: {revert_table: {config: {table: posts, to_delta: 1, dry_run: true}}}`), on the
     `IncrementalEngineResource` of the Definitions (resource key `incremental_engine`).
 
-    `ingestion_assets`: the `ingestion_asset`s whose partitions show the ranges a revert
-    undoes (missing, with an observation) and those it ingests again (materialized); the
-    ranges of other jobs are marked in job_log only."""
+    `ingestion_assets`: the `ingestion_asset`s on whose partitions the run observes the
+    ranges a revert undoes (REVERTED) or ingests again (SUCCESS); the ranges of other jobs
+    are marked in job_log only."""
     strays = [asset.key.to_user_string() for asset in ingestion_assets if ingestion_job_of(asset) is None]
     if strays:
         raise dg.DagsterInvalidDefinitionError(f"revert_job: {strays} were not built by ingestion_asset")
