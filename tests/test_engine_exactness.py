@@ -171,6 +171,7 @@ class ExactnessMachine(RuleBasedStateMachine):
     not the posts primary key)."""
 
     durations: list[float] = []
+    bad_loads_reverted = 0  # how many bad loads a shard's histories undid: a rule among many
     workdir = ""  # set by the test: the folder every history works in
     starting_states: dict[str, str] = {}  # target name -> a copy of its starting state
     # Set by the test per shard: odd shards run with a limit of 2 rows, so most runs take
@@ -372,6 +373,7 @@ class ExactnessMachine(RuleBasedStateMachine):
             reverted = revert_table(table, before[table.name])
             assert rows_of(table.read_actual()) == rows_of(table.read_actual(as_of_delta=before[table.name]))
             assert reverted.delta is None or reverted.delta.reverts_to == before[table.name]
+        ExactnessMachine.bad_loads_reverted += 1
         if processed:  # the next incremental run follows the revert: no reset, no request
             self.run_and_check(self.transformation(), change_detection="v2")
 
@@ -480,6 +482,7 @@ def test_incremental_runs_equal_a_full_recompute_on_every_path(spark, history_wo
     Each shard runs its share of the histories from a seed of its own; odd shards with a
     driver limit of 2 rows (the distributed keys and shuffled joins of large runs)."""
     ExactnessMachine.durations = []
+    ExactnessMachine.bad_loads_reverted = 0
     ExactnessMachine.workdir = history_workdir
     ExactnessMachine.driver_keys_limit = 2 if shard % 2 else None
     started = time.monotonic()
@@ -487,7 +490,8 @@ def test_incremental_runs_equal_a_full_recompute_on_every_path(spark, history_wo
     run_state_machine_as_test(machine, settings=SHARD_SETTINGS)
     durations = ExactnessMachine.durations
     print(f"exactness shard {shard}: {len(durations)} histories in {time.monotonic() - started:.0f} s, "
-          f"{sum(durations) / max(len(durations), 1):.1f} s per history")
+          f"{sum(durations) / max(len(durations), 1):.1f} s per history, "
+          f"{ExactnessMachine.bad_loads_reverted} bad load(s) reverted")
 
 
 # -- pinned cases -------------------------------------------------------------------------

@@ -83,10 +83,6 @@ class RevertChanges:
     restored: int  # keys deleted since: their row then, back
     unchanged: int = 0  # keys whose row now is their row then (changed and changed back): no version
 
-    @property
-    def versions(self) -> int:
-        return self.upserted_back + self.deleted + self.restored
-
 
 @dataclass(frozen=True)
 class RevertPlan:
