@@ -334,15 +334,24 @@ class ExactnessMachine(RuleBasedStateMachine):
 
     # -- a bad load, undone ---------------------------------------------------------------
 
-    @rule(
-        posts=st.lists(st.tuples(st.one_of(POST_IDS, NEVER_POSTED), USER_IDS), max_size=3, unique_by=lambda r: r[0]),
-        deleted=st.lists(POST_IDS, max_size=2, unique=True),
-        renamed=st.lists(USER_IDS, max_size=2, unique=True),
-        loads=st.integers(min_value=1, max_value=2),
-        processed=st.booleans(),
-        compacted=st.booleans(),
-    )
-    def a_bad_load_processed_downstream_then_reverted(
+    BAD_LOAD = {
+        "posts": st.lists(st.tuples(st.one_of(POST_IDS, NEVER_POSTED), USER_IDS), max_size=3,
+                          unique_by=lambda r: r[0]),
+        "deleted": st.lists(POST_IDS, max_size=2, unique=True),
+        "renamed": st.lists(USER_IDS, max_size=2, unique=True),
+        "loads": st.integers(min_value=1, max_value=2),
+        "compacted": st.booleans(),
+    }
+
+    @rule(**BAD_LOAD)
+    def a_bad_load_processed_downstream_then_reverted(self, **bad_load) -> None:  # noqa: ANN003
+        self.a_bad_load_reverted(**bad_load, processed=True)
+
+    @rule(**BAD_LOAD)
+    def a_bad_load_reverted_before_a_run_saw_it(self, **bad_load) -> None:  # noqa: ANN003
+        self.a_bad_load_reverted(**bad_load, processed=False)
+
+    def a_bad_load_reverted(
         self, posts: list, deleted: list[int], renamed: list, loads: int, processed: bool, compacted: bool
     ) -> None:
         """A bad load B (garbage posts, deletes, profile renames, in one or two deltas of
