@@ -203,11 +203,13 @@ def _undone_deltas(table: VersionedTable, to_delta: int, last_num: int) -> list[
     if to_delta == last_num:
         return []
     undone = table.catalog.committed(name, after_delta=to_delta, up_to_delta=last_num)
-    snapshot, before, _ = table.actual_sources(to_delta)
-    read = ([(f"the snapshot at delta {snapshot.delta_num}", snapshot.data_path)] if snapshot else []) + [
-        (f"delta {d.delta_num}", d.data_path) for d in [*before, *undone] if not d.is_empty
-    ]
-    for what, path in read:
+    # The state then, and the state now that the revert's write is classified against.
+    read: dict[str, str] = {}
+    for snapshot, deltas, _ in (table.actual_sources(to_delta), table.actual_sources(last_num)):
+        if snapshot is not None:
+            read[snapshot.data_path] = f"the snapshot at delta {snapshot.delta_num}"
+        read.update({d.data_path: f"delta {d.delta_num}" for d in [*deltas, *undone] if not d.is_empty})
+    for path, what in read.items():
         if not table.files.exists(path):
             raise RevertError(
                 name,
