@@ -14,6 +14,7 @@ from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.meta import meta_table
 from offset_assets.local_frames import local_frame
+from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned import VersionedTable, plan_revert, revert_table
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.errors import HotDeltaHeldError
@@ -207,3 +208,17 @@ def test_a_transformations_output_and_meta_are_refused_their_inputs_are_not(spar
     assert revert_table(world.posts, 1).delta.delta_num == 3  # an input is reverted, and its run follows
     engine.run_full(world.enriched_transformation())
     assert {r.text for r in world.enriched.read_actual().collect()} == {"first"}
+
+
+def test_a_revert_of_a_few_keys_costs_two_spark_jobs(spark, sqlite_url, warehouse):
+    """The keys changed since the delta, read from the undone deltas' files only (broadcast
+    to the semi-joins), and the replacing write's one pass: no count, no cache."""
+    table = VersionedTable(spark, connect(sqlite_url), "orders", ["id"], SCHEMA, warehouse=warehouse)
+    write(table, [(key, f"v{key}") for key in range(2000)])
+    write(table, [(key, "bad") for key in range(10)] + [(5000, "new")])
+
+    with count_spark_jobs(spark) as jobs:
+        result = revert_table(table, 1)
+
+    assert result.changes == RevertChanges(upserted_back=10, deleted=1, restored=0)
+    assert jobs.count <= 2, jobs.describe()
