@@ -24,12 +24,12 @@ def instance():
 def revert_run(defs: dg.Definitions, instance: dg.DagsterInstance, **config) -> dg.ExecuteInProcessResult:
     RevertConfig(**config)  # the launchpad's config, as the job takes it
     return defs.resolve_job_def("revert_table").execute_in_process(
-        instance=instance, run_config={"ops": {"revert_table": {"config": config}}}, raise_on_error=False
+        instance=instance, run_config={"ops": {"revert": {"config": config}}}, raise_on_error=False
     )
 
 
 def output_metadata(result: dg.ExecuteInProcessResult) -> dict:
-    [output] = [e for e in result.events_for_node("revert_table") if e.is_successful_output]
+    [output] = [e for e in result.events_for_node("revert") if e.is_successful_output]
     return {name: value.value for name, value in output.step_output_data.metadata.items()}
 
 
@@ -66,7 +66,7 @@ def test_the_revert_job_undoes_a_bad_window_observes_its_partition_reverted_and_
     done = output_metadata(reverted)
     assert (done["delta"], done["keys_deleted"], done["dry_run"]) == (3, 1, False)
     assert table_state(spark, sqlite_url, warehouse, "daily_customers") == ([(1, "ann", "Oslo")], 3)
-    [observed] = reverted.asset_observations_for_node("revert_table")
+    [observed] = reverted.asset_observations_for_node("revert")
     assert (observed.asset_key, observed.partition) == (asset.key, "2022-01-02")
     assert {name: value.value for name, value in observed.metadata.items()} == {
         "job_log_status": "REVERTED",

@@ -41,6 +41,8 @@ from offset_assets.versioned.revert import (
 )
 
 REVERT_JOB = "revert_table"
+# The op's name (the launchpad's `ops: {revert: ...}`): a job's graph and its op cannot share one.
+REVERT_OP = "revert"
 
 
 class RevertConfig(dg.Config):
@@ -53,7 +55,7 @@ class RevertConfig(dg.Config):
 
 def revert_job(ingestion_assets: "Sequence[dg.AssetsDefinition]" = (), name: str = REVERT_JOB) -> "dg.JobDefinition":
     """A job of one op that reverts a versioned table: launched with a `RevertConfig`
-    (`ops: {revert_table: {config: {table: posts, to_delta: 1, dry_run: true}}}`), on the
+    (`ops: {revert: {config: {table: posts, to_delta: 1, dry_run: true}}}`), on the
     `IncrementalEngineResource` of the Definitions (resource key `incremental_engine`).
 
     `ingestion_assets`: the `ingestion_asset`s on whose partitions the run observes the
@@ -65,7 +67,7 @@ def revert_job(ingestion_assets: "Sequence[dg.AssetsDefinition]" = (), name: str
     by_job = {ingestion_job_of(asset).name: asset for asset in ingestion_assets}
 
     @dg.op(
-        name=REVERT_JOB,
+        name=REVERT_OP,
         # What it did is the output's metadata; nothing is stored by an IO manager.
         out=dg.Out(dg.Nothing),
         description="Set a versioned table back to its state as of an earlier delta, as one new delta; "
