@@ -15,7 +15,7 @@ import dagster as dg
 from assets_defs.assets.ingestion import Ingestion, build_ingestion
 from assets_defs.assets.transformations import TRANSFORMATIONS
 from assets_defs.checks import OFFSET_CHECKS
-from assets_defs.jobs import JOBS
+from assets_defs.jobs import JOBS, build_revert_job
 from assets_defs.maintenance import table_maintenance, table_maintenance_hourly
 from assets_defs.resources import resources_for, source_url
 from assets_defs.schedules import build_schedules
@@ -34,7 +34,7 @@ def build_definitions(ingestion: Ingestion | None = None, deployment: str | None
         asset_checks=OFFSET_CHECKS,
         sensors=build_sensors(ingestion),
         schedules=[*build_schedules(ingestion), table_maintenance_hourly],
-        jobs=[*JOBS, table_maintenance],
+        jobs=[*JOBS, build_revert_job(ingestion), table_maintenance],
         resources=resources_for(deployment),
         executor=EXECUTORS[default_executor()],
     ))

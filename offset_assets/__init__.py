@@ -22,6 +22,9 @@ _EXPORTS = {
     "VersionedTable": "offset_assets.versioned.table",
     "commit_deltas": "offset_assets.versioned.commit",
     "local_frame": "offset_assets.local_frames",
+    "revert_table": "offset_assets.versioned.revert",
+    "plan_revert": "offset_assets.versioned.revert",
+    "RevertError": "offset_assets.versioned.revert",
     # reading (on top of layer 2): tables by name, SQL with system-time clauses, no-JVM reads
     "VersionedTables": "offset_assets.reading.tables",
     "read_arrow": "offset_assets.reading.arrow",

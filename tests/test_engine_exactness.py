@@ -6,7 +6,9 @@ every way to run or maintain a transformation: incremental runs (v1, v2; end and
 commit), batches whose function fails, crashes (SystemExit in the function, an error
 inside the commit) at a random batch, backfills, offset resets, reprocess requests,
 changelist runs, offset initialisation from meta and compactions of inputs, outputs and
-meta. After every step v1 and v2 must detect the same keys; after every run that
+meta; and bad loads B at a random point, processed downstream or not, then undone by a
+revert of the inputs to their delta before B (`offset_assets.versioned.revert`), the
+model never seeing B. After every step v1 and v2 must detect the same keys; after every run that
 reports no failed key the outputs must equal a from-scratch computation in plain Python.
 
 Deletes come both through the table's delete call and as `sys_op = 1` rows whose
@@ -31,6 +33,7 @@ the issue tracker reported.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shutil
@@ -63,6 +66,7 @@ from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.transformation import Transformation
 from offset_assets.spark import get_spark_session
+from offset_assets.versioned import revert_table
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.maintenance import cleanup
 
@@ -167,6 +171,7 @@ class ExactnessMachine(RuleBasedStateMachine):
     not the posts primary key)."""
 
     durations: list[float] = []
+    bad_loads_reverted = 0  # how many bad loads a shard's histories undid: a rule among many
     workdir = ""  # set by the test: the folder every history works in
     starting_states: dict[str, str] = {}  # target name -> a copy of its starting state
     # Set by the test per shard: odd shards run with a limit of 2 rows, so most runs take
@@ -327,6 +332,60 @@ class ExactnessMachine(RuleBasedStateMachine):
         hot.commit()
         self.model.profiles.pop(user_id, None)
 
+    # -- a bad load, undone ---------------------------------------------------------------
+
+    BAD_LOAD = {
+        "posts": st.lists(st.tuples(st.one_of(POST_IDS, NEVER_POSTED), USER_IDS), max_size=3,
+                          unique_by=lambda r: r[0]),
+        "deleted": st.lists(POST_IDS, max_size=2, unique=True),
+        "renamed": st.lists(USER_IDS, max_size=2, unique=True),
+        "loads": st.integers(min_value=1, max_value=2),
+        "compacted": st.booleans(),
+    }
+
+    @rule(**BAD_LOAD)
+    def a_bad_load_processed_downstream_then_reverted(self, **bad_load) -> None:  # noqa: ANN003
+        self.a_bad_load_reverted(**bad_load, processed=True)
+
+    @rule(**BAD_LOAD)
+    def a_bad_load_reverted_before_a_run_saw_it(self, **bad_load) -> None:  # noqa: ANN003
+        self.a_bad_load_reverted(**bad_load, processed=False)
+
+    def a_bad_load_reverted(
+        self, posts: list, deleted: list[int], renamed: list, loads: int, processed: bool, compacted: bool
+    ) -> None:
+        """A bad load B (garbage posts, deletes, profile renames, in one or two deltas of
+        each input) that the transformation may already have processed, then a revert of
+        each input to its delta before B. The model never sees B: the next runs must leave
+        the output as a pipeline that never saw it would, with no reset and no request."""
+        before = {table.name: table.last_committed().delta_num for table in (self.world.posts, self.world.profiles)}
+        deleted = [pid for pid in deleted if pid not in {pid for pid, _ in posts}]  # one state per key per delta
+        bad = copy.deepcopy(self.model)
+        for load in range(loads):
+            text = f"garbage-{load}"
+            if posts or deleted:
+                self.world.write_posts([(pid, uid, text) for pid, uid in posts], deletes=deleted)
+                bad.posts.update({pid: (uid, text) for pid, uid in posts})
+                for pid in deleted:
+                    bad.posts.pop(pid, None)
+            if renamed:
+                self.world.write_profiles([(uid, text) for uid in renamed])
+                bad.profiles.update(dict.fromkeys(renamed, text))
+        if processed:
+            result = self.engine.run_full(self.transformation())
+            if result.failed_keys == 0:
+                expected = bad.enriched() if self.target_name == "enriched_posts" else bad.stats()
+                assert self.output_rows() == expected, "the bad load was not processed as it came"
+        for table in (self.world.posts, self.world.profiles):
+            if compacted:
+                compact(table)
+            reverted = revert_table(table, before[table.name])
+            assert rows_of(table.read_actual()) == rows_of(table.read_actual(as_of_delta=before[table.name]))
+            assert reverted.delta is None or reverted.delta.reverts_to == before[table.name]
+        ExactnessMachine.bad_loads_reverted += 1
+        if processed:  # the next incremental run follows the revert: no reset, no request
+            self.run_and_check(self.transformation(), change_detection="v2")
+
     # -- runs ---------------------------------------------------------------------------
 
     @rule(change_detection=MODES, commit_mode=COMMIT_MODES)
@@ -432,6 +491,7 @@ def test_incremental_runs_equal_a_full_recompute_on_every_path(spark, history_wo
     Each shard runs its share of the histories from a seed of its own; odd shards with a
     driver limit of 2 rows (the distributed keys and shuffled joins of large runs)."""
     ExactnessMachine.durations = []
+    ExactnessMachine.bad_loads_reverted = 0
     ExactnessMachine.workdir = history_workdir
     ExactnessMachine.driver_keys_limit = 2 if shard % 2 else None
     started = time.monotonic()
@@ -439,7 +499,8 @@ def test_incremental_runs_equal_a_full_recompute_on_every_path(spark, history_wo
     run_state_machine_as_test(machine, settings=SHARD_SETTINGS)
     durations = ExactnessMachine.durations
     print(f"exactness shard {shard}: {len(durations)} histories in {time.monotonic() - started:.0f} s, "
-          f"{sum(durations) / max(len(durations), 1):.1f} s per history")
+          f"{sum(durations) / max(len(durations), 1):.1f} s per history, "
+          f"{ExactnessMachine.bad_loads_reverted} bad load(s) reverted")
 
 
 # -- pinned cases -------------------------------------------------------------------------
@@ -670,3 +731,41 @@ def test_a_post_moved_away_and_back_between_runs_marks_both_users_and_writes_no_
     later = [d for d in world.stats.catalog.committed(world.stats.name) if d.delta_num > before]
     assert sum(d.rows_upserted + d.rows_deleted for d in later) == 0
     assert rows_of(world.stats.read_actual()) == world.expected_stats() == {(1, 1), (2, 1)}
+
+
+# -- a bad load undone by a revert of the inputs (issue: undo a bad load through the graph) --
+
+
+def test_a_bad_load_processed_downstream_is_undone_by_reverting_the_inputs_and_the_next_runs_follow(
+    stats_world,
+):
+    """Posts 1-4 of users 1 and 2, processed by both transformations. A bad load edits post 1,
+    deletes post 2, adds post 9 and renames user 2; both runs process it. Reverting posts and
+    profiles to their deltas before it is two ordinary changes: the next run of
+    `enrich_posts` processes exactly the posts the reverts touched plus, by the reverse
+    join, the posts of the renamed user; `post_stats` the users they touch; both outputs then
+    equal a pipeline that never saw the bad load. No offset was reset, no request made."""
+    world, engine = stats_world
+    enriched, stats = world.enriched_transformation(), world.stats_transformation()
+    world.write_profiles([(1, "ann"), (2, "bob")])
+    world.write_posts([(1, 1, "a"), (2, 1, "b"), (3, 2, "c"), (4, 2, "d")])
+    for t in (enriched, stats):
+        engine.run_full(t)
+    good = (world.expected_enriched(), world.expected_stats())
+    posts_before, profiles_before = world.posts.last_committed().delta_num, world.profiles.last_committed().delta_num
+    world.write_posts([(1, 2, "garbage"), (9, 1, "garbage")], deletes=[2])
+    world.write_profiles([(2, "garbage")])
+    for t in (enriched, stats):
+        engine.run_full(t)
+    assert rows_of(world.enriched.read_actual()) == world.expected_enriched() != good[0]
+
+    revert_table(world.posts, posts_before)
+    revert_table(world.profiles, profiles_before)
+
+    # Posts 1, 2, 9 changed back; posts 1, 3 and 4 are user 2's (reverse join of its rename).
+    assert changed(engine, enriched) == ([(1,), (2,), (3,), (4,), (9,)],) * 2
+    assert changed(engine, stats) == ([(1,), (2,)],) * 2  # the users of posts 1, 2 and 9, before and after
+    assert engine.run_full(enriched).processed_keys == 5
+    assert engine.run_full(stats).processed_keys == 2
+    assert (rows_of(world.enriched.read_actual()), rows_of(world.stats.read_actual())) == good
+    assert ReprocessRequests(world.posts.plane).pending(enriched.transformation_id) is None

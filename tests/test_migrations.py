@@ -79,3 +79,33 @@ def test_first_use_upgrades_an_old_database_and_its_offsets_keep_never_decreasin
         "posts": 1702345678.123456,
         "profiles": 1702345700.0,
     }
+
+
+def test_upgrading_to_0008_finds_the_delta_each_earlier_range_committed_so_a_revert_finds_the_range(db_url):
+    """Ranges that succeeded before revision 0008 named their table and delta only in their
+    last attempt's `write` step: the upgrade records both on the range."""
+    plane = ControlPlane(db_url, sa.create_engine(db_url))
+    upgrade_to_head(plane, "0007")
+    ranges = [  # job_id, status, attempt, the write steps' outputs by attempt
+        (1, "SUCCESS", 2, {1: '{"table": "orders", "delta_num": null}', 2: '{"table": "orders", "delta_num": 4}'}),
+        (2, "SUCCESS", 1, {1: '{"table": "orders", "delta_num": null, "rows_unchanged": 3}'}),
+        (3, "FAILURE", 1, {1: '{"table": "orders", "delta_num": 5}'}),
+    ]
+    with plane.engine.begin() as conn:
+        for job_id, status, attempt, outputs in ranges:
+            conn.execute(sa.text(
+                "INSERT INTO job_log (job_id, workflow_name, job_name, data_range_start, status, create_time, "
+                "last_update_time, attempt) VALUES (:j, 'w', 'orders_ingest', :s, :st, 0, 0, :a)"),
+                {"j": job_id, "s": str(job_id), "st": status, "a": attempt})
+            for number, output in outputs.items():
+                conn.execute(sa.text(
+                    "INSERT INTO step_log (job_id, attempt, step_id, status, start_time, duration, output) "
+                    "VALUES (:j, :a, 'write', 'SUCCESS', 0, 0, :o)"), {"j": job_id, "a": number, "o": output})
+
+    upgrade_to_head(plane)
+
+    with plane.engine.connect() as conn:
+        found = conn.execute(sa.text(
+            "SELECT job_id, target_table, target_delta_num, reverted_by_delta FROM job_log ORDER BY job_id")).all()
+    assert [tuple(row) for row in found] == [(1, "orders", 4, None), (2, None, None, None), (3, None, None, None)]
+    plane.dispose()

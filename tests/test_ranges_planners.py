@@ -311,3 +311,20 @@ def test_a_kafka_range_carries_the_planners_cap_per_partition_also_when_retried(
     (retry,) = planner.plan([Row("{}", None, status="FAILURE")], PlanInputs())
     assert (retry.max_size, retry.previous_status) == (500, "FAILURE")
     assert KafkaOffsetPlanner().plan([], PlanInputs())[0].max_size is None
+
+
+def test_a_reverted_range_is_consumed_by_every_planner_and_never_planned_again_on_its_own():
+    """A range a revert of its table undid (REVERTED) is loaded again only when asked: the
+    pointer passes it, and ranges after it are planned as if it had succeeded."""
+    windows = [Row("20220101000000", "20220102000000"), Row("20220102000000", "20220103000000", "REVERTED")]
+    assert spans(daily().plan(windows, PlanInputs(now=datetime(2022, 1, 4)))) == [("20220103000000", "20220104000000")]
+    ids = [Row("0", "10"), Row("10", "20", "REVERTED"), Row("30", "40", "REVERTED")]  # (30, 40]: ahead of a gap
+    assert spans(AutoIncrementIdPlanner(max_range_size=10).plan(ids, PlanInputs(source_max_id=45))) == [
+        ("20", "30"), ("40", "45")]
+    start, reverted_end = kafka_offsets_json({"t": {"0": 0}}), kafka_offsets_json({"t": {"0": 5}})
+    kafka = KafkaOffsetPlanner(default_start=start)
+    assert kafka.pointer([Row(start, reverted_end, "REVERTED")]) == reverted_end
+    follower = UpstreamPlanner("upstream").plan(
+        [Row("a", "b", "REVERTED", job_start_time=2.0)], PlanInputs(upstream_history=[Row("a", "b", job_end_time=1.0)]))
+    assert follower == []
+    assert committed_pointer([Row("0", "10", "REVERTED"), Row("10", "20")], "0", int) == "20"

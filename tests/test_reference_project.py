@@ -84,7 +84,7 @@ def test_definitions_load_with_every_asset_check_sensor_schedule_and_job(embedde
     assert reprocess.tags["offset_assets/reset"] == "true"
     # Every run names its job: the sensors', the schedules' and the demo's.
     assert {"transformations", "posts_ingestion", "post_updates_ingestion", "profiles_ingestion",
-            "enriched_posts_job", "user_post_stats_job", "moderated_posts_job"} <= {
+            "enriched_posts_job", "user_post_stats_job", "moderated_posts_job", "revert_table"} <= {
         job.name for job in repository.get_all_jobs()}
     assert {s.name: s.job_name for s in repository.sensor_defs if s.name.endswith("_inputs_changed")} == {
         "enriched_posts_inputs_changed": "enriched_posts_job",

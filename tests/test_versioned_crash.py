@@ -1,6 +1,7 @@
 """Crash safety: a process killed with SIGKILL in the middle of a write or of a commit
 leaves the table readable with exactly its committed deltas; the leftovers of the dead
-holder are discarded by `rollback_hot` and `cleanup`."""
+holder are discarded by `rollback_hot` and `cleanup`. A revert is all or nothing the same
+way, its job_log marks included, and the next revert discards what a dead one left."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from offset_assets.control_plane import connect
-from offset_assets.versioned import VersionedTable
+from offset_assets.control_plane.job_log import JobLog
+from offset_assets.versioned import VersionedTable, revert_table
+from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.errors import HotDeltaHeldError
 from offset_assets.versioned.layout import WarehouseFiles
 from offset_assets.versioned.maintenance import cleanup
@@ -149,3 +152,78 @@ def test_a_process_killed_inside_the_commit_transaction_commits_nothing(spark, d
     # The delta is still hot and intact: its owner commits it.
     assert hot.commit().delta_num == 2
     assert committed_state(orders) == [(1, "changed", 2), (2, "new", 2)]
+
+
+# -- a revert killed: all or nothing ------------------------------------------------------
+
+REVERTER = textwrap.dedent(
+    """
+    import sys, time
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    from offset_assets.control_plane import connect
+    from offset_assets.control_plane.job_log import JobLog
+    from offset_assets.spark import SHORT_JVM_OPTIONS, get_spark_session
+    from offset_assets.versioned import VersionedTable, revert_table
+    from offset_assets.versioned.delta_files import DeltaFiles
+
+    url, warehouse, point = sys.argv[1:4]
+    spark = get_spark_session(master="local[1]", conf={
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1", "spark.driver.memory": "512m",
+        "spark.driver.extraJavaOptions": SHORT_JVM_OPTIONS})
+    schema = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
+    table = VersionedTable(spark, connect(url), "orders", ["id"], schema, warehouse=warehouse)
+
+    def waiting_after(original, marker):
+        def wrapped(*args, **kwargs):
+            done = original(*args, **kwargs)
+            print(marker, flush=True)
+            time.sleep(120)
+            return done
+        return wrapped
+
+    if point == "write":  # the revert's versions are in its hot delta's files, the write not returned
+        DeltaFiles.write_sorted = waiting_after(DeltaFiles.write_sorted, "WRITTEN")
+    else:  # inside the commit transaction: the delta marked committed, the range marked REVERTED
+        JobLog.mark_reverted = waiting_after(JobLog.mark_reverted, "IN-COMMIT")
+    revert_table(table, 1)
+    """
+)
+
+
+@pytest.mark.parametrize(("point", "marker"), [("write", "WRITTEN"), ("commit", "IN-COMMIT")])
+def test_a_revert_killed_inside_its_write_or_its_commit_changes_nothing_and_the_next_revert_completes(
+    spark, db_url, warehouse, point, marker
+):
+    """Delta 2 is a bad load of range (5, 10] of an ingestion job. A revert to delta 1 killed
+    with its files written, or inside its commit transaction, leaves the table, the catalog
+    and job_log as they were; its hot delta is the dead revert's, which the next revert
+    discards before it completes."""
+    plane = connect(db_url)
+    orders = VersionedTable(spark, plane, "orders", ["id"], SCHEMA, warehouse=warehouse)
+    orders.write_delta(spark.createDataFrame([(1, "good"), (2, "good")], SCHEMA))
+    log = JobLog(plane)
+    claim = log.claim("orders_ingest", "5", "10", run_id="loader")
+    hot = orders.open_delta(holder="ingestion:orders_ingest", run_id="loader")
+    hot.write(spark.createDataFrame([(1, "bad"), (3, "bad")], SCHEMA))
+    with commit_transaction([hot]) as commit:
+        log.mark_success(claim.job_id, "10", conn=commit.conn, run_id="loader", target=("orders", hot.delta_num))
+    clock_before = orders.catalog.last_commit_ts()
+
+    reverter = _spawn(REVERTER, db_url, warehouse, point)
+    try:
+        _read_until(reverter, marker)
+    finally:
+        _kill(reverter)
+
+    assert orders.last_committed().delta_num == 2 and orders.catalog.last_commit_ts() == clock_before
+    assert {(r.id, r.v) for r in orders.read_actual().collect()} == {(1, "bad"), (2, "good"), (3, "bad")}
+    assert (log.get(claim.job_id).status, log.get(claim.job_id).reverted_by_delta) == ("SUCCESS", None)
+    dead = orders.hot()
+    assert dead.delta_num == 3 and dead.holder.startswith("revert:")
+
+    again = revert_table(orders, 1)
+
+    assert again.delta.delta_num == 3 and again.delta.holder != dead.holder
+    assert not WarehouseFiles().exists(dead.data_path)
+    assert {(r.id, r.v) for r in orders.read_actual().collect()} == {(1, "good"), (2, "good")}
+    assert (log.get(claim.job_id).status, log.get(claim.job_id).reverted_by_delta) == ("REVERTED", 3)

@@ -15,3 +15,4 @@ from offset_assets.cli import maintenance as _maintenance  # noqa: E402,F401
 from offset_assets.cli import offsets as _offsets  # noqa: E402,F401
 from offset_assets.cli import ranges as _ranges  # noqa: E402,F401
 from offset_assets.cli import reading as _reading  # noqa: E402,F401
+from offset_assets.cli import revert as _revert  # noqa: E402,F401

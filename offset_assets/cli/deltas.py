@@ -71,6 +71,7 @@ def deltas_command(obj: dict[str, Any], table: str, limit: int | None, as_json: 
                         "run_id": delta.run_id,
                         "holder": delta.holder,
                         "data_path": delta.data_path,
+                        "reverts_to": delta.reverts_to,
                     }
                 )
             )

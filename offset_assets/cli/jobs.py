@@ -91,13 +91,16 @@ def _ranges(count: int, state: str) -> str:
 
 def backlog_progress(history: Sequence[JobRecord]) -> str:
     """How far a job is through its backlog, from its job_log rows alone: ranges done,
-    failed and running; for ids and windows where the ingested chain ends (from the first
-    range) and where the backlog ended when a range was last planned, with the ranges
-    then still due (recorded in the range's runtime_args by the run that claimed it)."""
+    failed, running (and reverted, when a revert undid some); for ids and windows where
+    the ingested chain ends (from the first range) and where the backlog ended when a
+    range was last planned, with the ranges then still due (recorded in the range's
+    runtime_args by the run that claimed it)."""
     statuses = [row.status for row in history]
     parts = [_ranges(statuses.count(JobStatus.SUCCESS), "done"),
              f"{statuses.count(JobStatus.FAILURE)} failed",
              f"{statuses.count(JobStatus.RUNNING)} running"]
+    if JobStatus.REVERTED in statuses:  # undone by a revert of the target: to be loaded again
+        parts.append(f"{statuses.count(JobStatus.REVERTED)} reverted")
     kind = history[-1].log_driven_type if history else None
     if kind not in _ORDERED_KINDS:
         return ", ".join(parts)

@@ -40,7 +40,7 @@ def parse_duration(_ctx: click.Context, _param: click.Parameter, text: str) -> f
     return float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
 
 
-def _open(plane: ControlPlane, name: str, warehouse: str) -> VersionedTable:
+def open_table(plane: ControlPlane, name: str, warehouse: str) -> VersionedTable:
     """The registered table `name`, refused when its files are not under `warehouse`
     (a snapshot written there would be readable, but cleanup would look elsewhere)."""
     from offset_assets.spark import get_spark_session
@@ -81,7 +81,7 @@ def compact_command(obj: dict[str, Any], table: str, max_deltas: int, max_rows_r
     --max-deltas / --max-rows-ratio only when that policy says it is due. History stays
     exact: deltas are kept, reads before the snapshot are unchanged.
     """
-    versioned = _open(open_control_plane(obj), table, warehouse or default_warehouse())
+    versioned = open_table(open_control_plane(obj), table, warehouse or default_warehouse())
     result = maintain(versioned, MaintenancePolicy(max_deltas, max_rows_ratio))
     if result.compacted:
         rows = versioned.catalog.snapshot_at(table, result.snapshot_delta).row_count
@@ -109,7 +109,7 @@ def cleanup_command(obj: dict[str, Any], table: str | None, retention: float, wa
     plane = open_control_plane(obj)
     names = [table] if table else DeltaCatalog(plane).tables()
     for name in names:
-        result = cleanup(_open(plane, name, warehouse or default_warehouse()), retention)
+        result = cleanup(open_table(plane, name, warehouse or default_warehouse()), retention)
         click.echo(
             f"{name}: {len(result.expired_snapshots)} snapshot(s) expired"
             f"{' ' + str(result.expired_snapshots) if result.expired_snapshots else ''}, "

@@ -30,7 +30,9 @@ def make_holder(run_id: str) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{run_id}"
 
 
-def _holder_is_dead(holder: str) -> bool:
+def holder_is_dead(holder: str) -> bool:
+    """Whether `holder` (`make_holder`'s `host:pid:...`) names a process of this host that
+    no longer exists; a holder on another host, or not of that form, is not known dead."""
     host, _, rest = holder.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
@@ -80,7 +82,7 @@ class RunLeases:
                     run_lease.c.transformation_id == transformation_id
                 )
             ).one_or_none()
-            if current is not None and current.expires_at >= now and not _holder_is_dead(current.holder):
+            if current is not None and current.expires_at >= now and not holder_is_dead(current.holder):
                 raise LeaseHeldError(
                     f"transformation {transformation_id!r} is already running: lease held by "
                     f"{current.holder} until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(current.expires_at))} UTC"

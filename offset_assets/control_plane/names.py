@@ -17,6 +17,9 @@ from offset_assets.errors import OffsetAssetsError
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 NAME_MAX_LENGTH = 128
 NAME_RULE = "name must be letters, digits, '_', '.', '-' (it becomes a folder name)"
+# A transformation's meta is the versioned table `_meta__<transformation id>`: the engine
+# names it, and a revert tells a transformation's commits by it (`DeltaCatalog`).
+META_TABLE_PREFIX = "_meta__"
 
 
 class InvalidNameError(OffsetAssetsError, ValueError):

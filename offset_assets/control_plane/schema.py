@@ -72,6 +72,9 @@ table_delta = Table(
     # The table's actual rows once this delta is committed (while hot: as of the last
     # committed delta); null when unknown (deltas before revision 0006, meta writes).
     Column("actual_rows", BigInteger, nullable=True),
+    # A revert's delta: the delta whose state it set the table back to (migration 0008);
+    # null for every other delta.
+    Column("reverts_to", BigInteger, nullable=True),
     Index("ix_table_delta_commit_ts", "table_name", "commit_ts"),
     Index(
         "ux_table_delta_one_hot",
@@ -172,8 +175,15 @@ job_log = Table(
     Column("last_update_time", Double, nullable=False),
     Column("heartbeat_at", Double, nullable=True),
     Column("attempt", Integer, nullable=False),
+    # The versioned table and the delta a successful range committed its rows in (null:
+    # it changed nothing), and, once a revert of that table undid the delta, the revert's
+    # own delta (status REVERTED); migration 0008.
+    Column("target_table", String(255), nullable=True),
+    Column("target_delta_num", BigInteger, nullable=True),
+    Column("reverted_by_delta", BigInteger, nullable=True),
     UniqueConstraint("job_name", "data_range_start", name="uq_job_log_range"),
     Index("ix_job_log_job_status", "job_name", "status"),
+    Index("ix_job_log_target", "target_table", "target_delta_num"),
 )
 
 step_log = Table(

@@ -50,6 +50,9 @@ _EXPORTS = {
     "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
     "ingest_due_ranges": "offset_assets.dagster_adapter.ingestion_sensor",
     "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_invocation",
+    # reverts (undo a bad load from the UI)
+    "revert_job": "offset_assets.dagster_adapter.revert",
+    "RevertConfig": "offset_assets.dagster_adapter.revert",
     # what an ingestion asset is built from (layer 4, re-exported: a project imports one package)
     **JOB_EXPORTS,
 }

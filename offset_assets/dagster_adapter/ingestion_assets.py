@@ -9,9 +9,10 @@ its job_log SUCCESS commit together. Which run it is:
 - the current time window, not ended yet (today's, for daily windows): what the source
   holds so far, re-ingested at every run while the window grows; the window stays due
   and is ingested again, whole, once it has closed;
-- a range already ingested, a backfill (tag `dagster/backfill`) or a run tagged
-  `offset_assets/refresh`: a refresh, re-ingesting the range without moving the pointer
-  past a gap; rows that did not change create no version.
+- a range already ingested (or ingested and undone by a revert of the target since:
+  REVERTED in job_log, a missing partition once the revert job ran), a backfill (tag
+  `dagster/backfill`) or a run tagged `offset_assets/refresh`: a refresh, re-ingesting the
+  range without moving the pointer past a gap; rows that did not change create no version.
 
 Time-window jobs get `TimeWindowPartitionsDefinition`s whose last partition is the
 current window (`end_offset=1`): a partition Dagster does not list cannot be launched

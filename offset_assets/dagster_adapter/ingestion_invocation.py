@@ -98,14 +98,15 @@ def how_ranges_are_added(asset_key: dg.AssetKey) -> str:
 
 def range_to_run(log: JobLog, job: IngestionJob, partitions_def: dg.PartitionsDefinition,
                  key: str, tags: Mapping[str, str]) -> DataRange:
-    """The range of partition `key`, a refresh when it was ingested already, or the run
-    is a backfill or tagged `offset_assets/refresh`."""
+    """The range of partition `key`, a refresh when it was ingested already (reverted
+    since, too), or the run is a backfill or tagged `offset_assets/refresh`."""
     data_range = range_for_partition(partitions_def, key)
     if data_range.kind != job.planner.kind:
         raise dg.Failure(description=f"{job.name}: partition {key!r} is a {data_range.kind} "
                                      f"range, the job plans {job.planner.kind} ranges")
     existing = log.get_range(job.name, data_range.start)
-    done = (existing is not None and existing.status == JobStatus.SUCCESS
+    # Ingested already, or ingested and undone by a revert of the target (loaded again).
+    done = (existing is not None and existing.status in (JobStatus.SUCCESS, JobStatus.REVERTED)
             and existing.data_range_end != existing.data_range_start)
     refresh_tag = tags.get(REFRESH_TAG)
     asked = refresh_tag is not None and refresh_tag.strip().lower() not in _FALSE_VALUES

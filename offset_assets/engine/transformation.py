@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
 
+from offset_assets.control_plane.names import META_TABLE_PREFIX
 from offset_assets.engine.errors import TransformationDefinitionError
 from offset_assets.engine.vocabulary import (
     ChangeDetection,
@@ -151,4 +152,4 @@ class Transformation:
 
 def meta_table_name(transformation_id: str) -> str:
     """The versioned table holding a transformation's per-key meta."""
-    return f"_meta__{transformation_id}"
+    return f"{META_TABLE_PREFIX}{transformation_id}"

@@ -4,9 +4,10 @@ The catalog is the single source of truth for readers: a delta's files are read 
 when its row here says `committed`, so files of hot, rolled-back or crashed deltas are
 never seen, whatever lies in the warehouse. This package is SQL only (no Spark).
 
-`DeltaCatalog` is one object over four parts, one module each: `tables.py` (registered
+`DeltaCatalog` is one object over five parts, one module each: `tables.py` (registered
 tables), `transaction.py` (hot delta, commit, rollback), `queries.py` (deltas by number,
-time or offset; the run snapshot), `snapshots.py` (compaction snapshots, maintenance);
+time or offset; the run snapshot), `snapshots.py` (compaction snapshots, maintenance),
+`reverts.py` (a revert's record, the transformations' commits it refuses to undo);
 `commit_times.py` says how commit times name microseconds.
 What it records is in `records.py`, its errors in `errors.py`.
 """
@@ -21,6 +22,7 @@ from offset_assets.control_plane.delta_catalog.errors import (
     UnknownTableError,
 )
 from offset_assets.control_plane.delta_catalog.records import COMMITTED, HOT, DeltaInfo, SnapshotInfo, TableSpec
+from offset_assets.control_plane.delta_catalog.reverts import RevertRecords
 from offset_assets.control_plane.delta_catalog.snapshots import SnapshotRecords
 from offset_assets.control_plane.delta_catalog.tables import TableRegistry
 from offset_assets.control_plane.delta_catalog.transaction import DeltaTransactions
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 
-class DeltaCatalog(TableRegistry, DeltaTransactions, SnapshotRecords):
+class DeltaCatalog(TableRegistry, DeltaTransactions, SnapshotRecords, RevertRecords):
     """Delta catalog of the versioned tables on one control plane."""
 
     def __init__(self, plane: ControlPlane) -> None:

@@ -35,6 +35,8 @@ class DeltaInfo:
     # one); None when unknown (a delta committed before revision 0006 or after one whose
     # count is unknown, a meta write).
     actual_rows: int | None = None
+    # A revert's delta: the delta whose state it set the table back to (None otherwise).
+    reverts_to: int | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -95,6 +97,7 @@ def delta_info(row: sa.Row) -> DeltaInfo:
         rows_deleted=row.rows_deleted,
         opened_at=row.opened_at,
         actual_rows=row.actual_rows,
+        reverts_to=row.reverts_to,
     )
 
 

@@ -54,8 +54,8 @@ class RangeClaims(JobListing):
         """Claim one range for `run_id`, or raise `RangeHeldError` / `RangeDoneError`.
 
         A FAILURE row is retried; a RUNNING row is taken over when its heartbeat is older
-        than `stale_after_s` or `is_run_dead(run_id)` says its holder died; a SUCCESS row
-        is re-run only with `refresh=True`.
+        than `stale_after_s` or `is_run_dead(run_id)` says its holder died; a SUCCESS or
+        REVERTED row is re-run only with `refresh=True`.
         """
         check_job_names(job_name=job_name, workflow_name=workflow_name, load_type=load_type)
         now = self._clock()
@@ -124,12 +124,13 @@ class RangeClaims(JobListing):
         where = f"job {row.job_name!r} range {row.data_range_start!r}"
         if row.status == JobStatus.FAILURE:
             return
-        if row.status == JobStatus.SUCCESS:
+        if row.status in (JobStatus.SUCCESS, JobStatus.REVERTED):
             if refresh:
                 return
-            raise RangeDoneError(
-                f"{where} was already ingested (job_id {row.job_id}); refresh to re-run it"
-            )
+            done = ("was ingested, then reverted by delta "
+                    f"{row.reverted_by_delta} of {row.target_table!r}" if row.status == JobStatus.REVERTED
+                    else "was already ingested")
+            raise RangeDoneError(f"{where} {done} (job_id {row.job_id}); refresh to re-run it")
         if self.is_stale(row, stale_after_s, is_run_dead, now):
             return
         raise RangeHeldError(
@@ -186,8 +187,11 @@ class RangeClaims(JobListing):
         conn: Connection | None = None,
         *,
         run_id: str | None = None,
+        target: tuple[str, int | None] | None = None,
     ) -> None:
-        """RUNNING -> SUCCESS with the range end actually reached.
+        """RUNNING -> SUCCESS with the range end actually reached; `target`: the versioned
+        table the range wrote and the delta it committed in the same transaction (None:
+        it changed nothing), which a revert of that table finds the range by.
 
         With `run_id`, only while that run still holds the range; otherwise
         `ClaimLostError` is raised, which rolls back the caller's transaction (and the data
@@ -195,11 +199,13 @@ class RangeClaims(JobListing):
         """
         now = self._clock()
         conditions = _still_running(job_id, run_id)
+        written = {} if target is None else {"target_table": target[0], "target_delta_num": target[1]}
         with self.plane.within(conn) as tx:
             result = tx.execute(
                 update(job_log).where(*conditions).values(
                     status=JobStatus.SUCCESS.value, data_range_end=data_range_end,
                     job_end_time=now, last_update_time=now, heartbeat_at=now, error=None,
+                    reverted_by_delta=None, **written,
                 )
             )
         if result.rowcount != 1:

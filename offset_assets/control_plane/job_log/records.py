@@ -15,6 +15,9 @@ class JobStatus(StrEnum):
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILURE = "FAILURE"
+    # Ingested, then undone by a revert of its table: consumed as a SUCCESS is (the
+    # pointer passes it, no plan runs it again), and loaded again by any run of it.
+    REVERTED = "REVERTED"
 
 
 # The String(n) sizes of job_log's name columns (PostgreSQL enforces them, SQLite does not).
@@ -59,6 +62,11 @@ class JobRecord:
     last_update_time: float
     heartbeat_at: float | None
     attempt: int
+    # The table and delta its last success committed its rows in (None: it changed nothing,
+    # or it has not succeeded), and the revert's delta that undid them (status REVERTED).
+    target_table: str | None = None
+    target_delta_num: int | None = None
+    reverted_by_delta: int | None = None
 
     @property
     def runtime_args_dict(self) -> dict[str, Any]:

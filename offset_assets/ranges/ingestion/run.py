@@ -154,7 +154,9 @@ class RangeIngestion:
         """Claim, read, write and commit one range; raises on failure (range logged FAILURE).
 
         A time window that has not ended at `now` (default: the current time) runs as a
-        refresh that leaves the window due (see the module docstring)."""
+        refresh that leaves the window due (see the module docstring). A range a revert of
+        the target undid (REVERTED in job_log) runs as a refresh: it is loaded again, and
+        the pointer stays where it is."""
         run_id = run_id or f"local-{uuid.uuid4().hex}"
         window_open = is_open_window(data_range, now or datetime.now(UTC))
         if window_open:
@@ -164,6 +166,8 @@ class RangeIngestion:
         planned = pending[0] if pending and pending[0].start == data_range.start else None
         if planned is not None:
             data_range = _as_planned(data_range, planned)
+        elif not data_range.refresh and self._was_reverted(data_range):
+            data_range = replace(data_range, refresh=True)  # no plan runs it: a run of it loads it again
         if data_range.max_size is None:  # a Kafka range from a partition key: the planner's cap
             data_range = replace(data_range, max_size=getattr(self.job.planner,
                                                               "max_offsets_per_partition", None))
@@ -221,8 +225,12 @@ class RangeIngestion:
                 # An open window holds nothing yet: end = start keeps it due until it closes.
                 logged_end = data_range.start if window_open else end
 
+                # The delta the range's rows are committed in: a revert of the table finds
+                # the range by it (`JobLog.mark_reverted`).
+                target = (table.name, hot.delta_num if changed else None)
+
                 def log_success(conn: Connection) -> None:
-                    self.log.mark_success(claim.job_id, logged_end, conn=conn, run_id=run_id)
+                    self.log.mark_success(claim.job_id, logged_end, conn=conn, run_id=run_id, target=target)
                     for step in steps.done:
                         self.log.record_step(claim.job_id, claim.attempt, step, conn=conn)
 
@@ -291,6 +299,10 @@ class RangeIngestion:
                 f"run, so it cannot run to {data_range.end!r}: run it with its end (or none)"
             )
         return replace(data_range, end=end)
+
+    def _was_reverted(self, data_range: DataRange) -> bool:
+        row = self.log.get_range(self.job.name, data_range.start)
+        return row is not None and row.status == JobStatus.REVERTED
 
     def _record_end(self, data_range: DataRange, claim: Claim) -> DataRange:
         """The range with its end decided, when it has none (the head range: a Kafka

@@ -1,8 +1,9 @@
 """Which data ranges an ingestion job runs next: pure functions of its job_log history.
 
 The four log-driven range types, with one pointer rule shared by all of them:
-the pointer is where the contiguous chain of successful ranges, walked from
-`default_start`, ends. A successful range beyond a gap (an explicit refresh of a later
+the pointer is where the contiguous chain of consumed ranges (successful, or reverted: a
+revert of the target undid them, and only a run asked for by hand loads them again),
+walked from `default_start`, ends. A successful range beyond a gap (an explicit refresh of a later
 range) does not move the pointer; when the gap is filled the chain walks through it.
 
 Bounded ranges: a backlog (the first load of a large table, a long catch-up) becomes
@@ -37,8 +38,10 @@ from __future__ import annotations
 
 from offset_assets.ranges.planners.auto_increment import AutoIncrementIdPlanner
 from offset_assets.ranges.planners.data_range import (
+    CONSUMED,
     DEFAULT_MAX_RANGE_SIZE,
     DEFAULT_MAX_RANGES_PER_PLAN,
+    REVERTED,
     SUCCESS,
     TIME_FORMAT,
     Backlog,
@@ -66,7 +69,8 @@ from offset_assets.ranges.planners.upstream import UpstreamPlanner
 Planner = TimeWindowPlanner | AutoIncrementIdPlanner | KafkaOffsetPlanner | UpstreamPlanner
 
 __all__ = [
-    "DEFAULT_MAX_RANGES_PER_PLAN", "DEFAULT_MAX_RANGE_SIZE", "EARLIEST", "SUCCESS", "TIME_FORMAT",
+    "CONSUMED", "DEFAULT_MAX_RANGES_PER_PLAN", "DEFAULT_MAX_RANGE_SIZE", "EARLIEST", "REVERTED", "SUCCESS",
+    "TIME_FORMAT",
     "AutoIncrementIdPlanner", "Backlog", "DataRange", "KafkaOffsetPlanner", "LoggedRange", "PlanInputs", "Planner",
     "RangeKind", "TimeWindowPlanner", "UpstreamPlanner", "check_order", "committed_pointer", "format_time",
     "kafka_has_new_messages", "kafka_offsets_json", "parse_kafka_offsets", "parse_time", "pending_ranges",

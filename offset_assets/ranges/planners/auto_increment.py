@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from offset_assets.ranges.planners.data_range import (
+    CONSUMED,
     DEFAULT_MAX_RANGE_SIZE,
     DEFAULT_MAX_RANGES_PER_PLAN,
-    SUCCESS,
     Backlog,
     DataRange,
     LoggedRange,
@@ -62,7 +62,7 @@ class AutoIncrementIdPlanner:
                if recorded_end(r) is not None and int(r.data_range_end) > int(r.data_range_start)}
         while start < max_id:
             row = run.get(start)
-            if row is not None and row.status == SUCCESS:  # ingested ahead of the pointer
+            if row is not None and row.status in CONSUMED:  # ingested ahead of the pointer
                 start = int(row.data_range_end)
                 continue
             end = max_id if self.max_range_size is None else min(start + self.max_range_size, max_id)

@@ -17,6 +17,11 @@ from offset_assets.ranges.errors import PlanningError, RangeOrderError
 
 TIME_FORMAT = "%Y%m%d%H%M%S"
 SUCCESS = "SUCCESS"
+# A range a revert of its table undid: its slice was consumed all the same, so no plan
+# runs it again on its own (its source may still send what was reverted); a run of that
+# range, asked for by hand once the source is fixed, loads it again.
+REVERTED = "REVERTED"
+CONSUMED = frozenset({SUCCESS, REVERTED})
 # A first load of 100M rows becomes 100 ranges: each fits one driver and one commit.
 DEFAULT_MAX_RANGE_SIZE = 1_000_000
 # A 3-year catch-up of hourly windows is 26,000 ranges: planned 1,000 at a time, so a
@@ -89,13 +94,14 @@ class PlanInputs:
 def committed_pointer(
     history: Iterable[LoggedRange], default_start: str, order: Callable[[str], Any] | None = None
 ) -> str:
-    """End of the contiguous chain of SUCCESS ranges that starts at `default_start`.
+    """End of the contiguous chain of consumed ranges (SUCCESS, or REVERTED: undone by a
+    revert, loaded again only when asked) that starts at `default_start`.
 
     With `order` (time, id), a success covering the pointer (start <= pointer < end)
     advances it, so a `default_start` raised into the history is honoured. Without it
     (Kafka JSON), ranges chain by exact equality of end and next start.
     """
-    successes = [r for r in history if r.status == SUCCESS and r.data_range_end is not None]
+    successes = [r for r in history if r.status in CONSUMED and r.data_range_end is not None]
     pointer = default_start
     if order is None:
         by_start = {r.data_range_start: r.data_range_end for r in successes}
@@ -126,7 +132,7 @@ def recorded_end(row: LoggedRange | None) -> str | None:
 def pending_ranges(
     candidates: Iterable[DataRange], history: Iterable[LoggedRange], limit: int | None = None
 ) -> list[DataRange]:
-    """Candidates not yet successful, each marked with the status of its existing row
+    """Candidates not yet consumed (successful or reverted), each marked with the status of its existing row
     and, where the candidate's end is left to the run (Kafka), given the end its row
     recorded; the first `limit` of them (candidates may be generated lazily, a long
     catch-up)."""
@@ -136,7 +142,7 @@ def pending_ranges(
         if limit is not None and len(pending) >= limit:
             break
         row = by_start.get(candidate.start)
-        if row is not None and row.status == SUCCESS:
+        if row is not None and row.status in CONSUMED:
             if row.data_range_end != row.data_range_start:
                 continue  # refreshed ahead of the pointer: already ingested
             # end = start holds nothing (an empty id range, a window ingested while still

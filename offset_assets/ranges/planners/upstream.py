@@ -6,16 +6,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offset_assets.ranges.errors import PlanningError
-from offset_assets.ranges.planners.data_range import SUCCESS, DataRange, LoggedRange, PlanInputs, RangeKind
+from offset_assets.ranges.planners.data_range import CONSUMED, SUCCESS, DataRange, LoggedRange, PlanInputs, RangeKind
 
 
 @dataclass(frozen=True)
 class UpstreamPlanner:
     """One range per successful range of `upstream_job` not yet consumed.
 
-    Consumed means: this job has a SUCCESS row for the same start that began after the
-    upstream row last finished. So when the upstream re-ingests (refreshes) a range,
-    this job follows and re-runs it, as a layered warehouse chains its layers (ODS -> DWD).
+    Consumed means: this job has a SUCCESS row (or a REVERTED one: loaded again only when
+    asked) for the same start that began after the upstream row last finished. So when the
+    upstream re-ingests (refreshes) a range, this job follows and re-runs it, as a layered
+    warehouse chains its layers (ODS -> DWD).
     """
 
     upstream_job: str
@@ -30,11 +31,11 @@ class UpstreamPlanner:
             if upstream.status != SUCCESS:
                 continue
             row = mine.get(upstream.data_range_start)
-            if row is not None and row.status == SUCCESS and _started_after(row, upstream):
+            if row is not None and row.status in CONSUMED and _started_after(row, upstream):
                 continue
             status = row.status if row is not None else None
             pending.append(DataRange(self.kind, upstream.data_range_start, upstream.data_range_end,
-                                     status, refresh=status == SUCCESS))
+                                     status, refresh=status in CONSUMED))
         return pending
 
 
