@@ -170,7 +170,7 @@ def to_spark_value(value: Any, spark_type: T.DataType) -> Any:
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(spark_type, T.DoubleType):
         return float(value)
-    if isinstance(spark_type, T.LongType):
+    if isinstance(spark_type, T.IntegralType):
         number = int(value)
         if isinstance(value, float | Decimal) and number != value:  # 2.5 in an INTEGER column
             raise ValueError(f"{value!r} is not an integer")
@@ -330,10 +330,14 @@ class SlicedRead:
         import pyarrow as pa
 
         errors = (pa.ArrowInvalid, pa.ArrowTypeError, *_CONVERSION_ERRORS)
-        try:
-            return pa.array(values, type=arrow_type)
-        except errors:
-            pass
+        # Arrow truncates a float into an integer type without a word (2.5 -> 2): a column
+        # of integers holding one (SQLite keeps 2.5 in an INTEGER column) is converted value
+        # by value, where a fraction does not fit.
+        if not (pa.types.is_integer(arrow_type) and any(isinstance(v, float | Decimal) for v in values)):
+            try:
+                return pa.array(values, type=arrow_type)
+            except errors:
+                pass
         try:
             return pa.array([to_spark_value(v, field.dataType) for v in values], type=arrow_type)
         except errors:
