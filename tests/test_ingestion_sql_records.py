@@ -110,6 +110,20 @@ def test_an_order_by_column_that_cannot_order_rows_is_refused_naming_it(change_l
         RangeIngestion(spark, connect(sqlite_url), prices_job(change_log, order_by="note"), warehouse).run_pending()
 
 
+def test_a_target_column_the_source_names_otherwise_is_refused_naming_both_names(
+        change_log, spark, sqlite_url, warehouse):
+    change(change_log, (1, 10.0, 0))
+    renamed = T.StructType([PRICES["product_id"], T.StructField("price_eur", T.DoubleType(), True)])
+    job = IngestionJob("prices", SqlTableSource(change_log, "price_changes", id_column="change_id"),
+                       AutoIncrementIdPlanner(), TargetTable("prices", ["product_id"], renamed))
+    with pytest.raises(IngestionError) as refused:
+        RangeIngestion(spark, connect(sqlite_url), job, warehouse).run_pending()
+    assert str(refused.value).endswith(
+        "IngestionError: job 'prices': the source's rows lack the target's column(s) ['price_eur']; the columns "
+        "they have beside the target's are ['change_id', 'price']: declare the target's columns as the source "
+        "names them, or give the job a transform that renames them")
+
+
 @pytest.fixture
 def loose(tmp_path) -> str:
     """A SQLite table holding values its declared types cannot hold (SQLite keeps them)."""

@@ -107,6 +107,13 @@ def shape_rows(spark: SparkSession, job: IngestionJob, batch: SourceBatch, recor
         if absent:
             raise IngestionError(f"job {job.name!r}: the source orders a key's rows by column(s) {absent}, "
                                  f"which its rows lack (they have {sorted(given)})")
+        lacking = [c for c in target.schema.fieldNames() if c not in given]
+        if lacking:
+            others = [c for c in given if c not in target.schema.fieldNames() and c != SYS_OP]
+            raise IngestionError(
+                f"job {job.name!r}: the source's rows lack the target's column(s) {lacking}; the columns they "
+                f"have beside the target's are {others}: declare the target's columns as the source names them, "
+                "or give the job a transform that renames them")
         wanted = list(dict.fromkeys(c for c in [*target.schema.fieldNames(), SYS_OP,
                                                 *(order.columns if order else [])] if c in given))
         missing = [c for c in target.primary_key if c not in batch.deletes_keyed_by]
