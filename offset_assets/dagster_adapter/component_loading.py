@@ -208,7 +208,7 @@ def load_defs_folder(path_within_project: Path) -> dg.Definitions:
     error is raised as Dagster raised it."""
     try:
         defs = dg.load_from_defs_folder(path_within_project=path_within_project)
-    except Exception as exc:  # noqa: BLE001 - only a component's own mistake is said otherwise
+    except Exception as exc:  # only a component's own mistake is said otherwise
         said = _declaration_mistake(exc)
         if said is None:
             raise
