@@ -10,9 +10,14 @@
 3. Runs the guide's story there with the base install: the source, the definitions as
    `dagster dev` loads them, the first run, the change and the incremental run, the
    reprocess from a shell (answering its prompt) and the command line.
-4. Installs the `[kafka]` extra with the guide's command and runs section 11's Kafka
+4. Section 12 with the base install: the components project `examples/components/shop/`,
+   copied out of the clone as a user takes it, listed and checked by the virtualenv's
+   `dg` (a mistake said in one line naming its file and key), and its assets run by
+   `dagster asset materialize` as `offset-assets ranges plan` prints them.
+5. Installs the `[kafka]` extra with the guide's command and runs section 11's Kafka
    example against a local broker (noida-db, the binary the test extra installs into
-   this project's environment; only the broker runs from there).
+   this project's environment; only the broker runs from there), then the same pipeline
+   as the components project `examples/components/kafka_events/`.
 
 Every command of the user's runs with the new virtualenv's programs, from the new folder,
 in an environment without this project's settings (PYTHONPATH, OFFSET_ASSETS_*,
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import re
@@ -34,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -245,6 +252,72 @@ def first_pipeline(story: Story) -> None:
                 == [(3, "committed", 0), (2, "committed", 3), (1, "committed", 3)], deltas)
 
 
+def components_project(story: Story, name: str) -> Path:
+    """`examples/components/<name>/` copied out of the clone, with a Dagster instance of
+    its own (its control plane and warehouse go to its ./state, the defaults)."""
+    project = story.work / "components" / name
+    shutil.copytree(ROOT / "examples" / "components" / name, project,
+                    ignore=shutil.ignore_patterns("__pycache__", "state", ".dagster_home", "dagster_home"))
+    (project / "dagster_home").mkdir()
+    (project / "dagster_home" / "dagster.yaml").touch()
+    return project
+
+
+def run_planned_ranges(story: Story, project: Path, module: str, asset: str, env: dict[str, str]) -> list[str]:
+    """`offset-assets ranges plan ASSET` and the commands it prints, run in order; their keys."""
+    venv = story.shop / ".venv" / "bin"
+    printed = story.run(f"{venv}/offset-assets ranges plan {asset} -m {module}", cwd=project, env=env)
+    commands = [line for line in printed.splitlines() if line.startswith("dagster asset materialize")]
+    for command in commands:
+        story.run(f"{venv}/{command}", cwd=project, env=env)
+    return [command.split("--partition ")[1].strip("'") for command in commands]
+
+
+def dg_checks(story: Story, project: Path, assets: list[str], env: dict[str, str] | None = None) -> None:
+    """`dg list defs` and `dg check defs` from the project's folder, with the virtualenv's `dg`."""
+    venv = story.shop / ".venv" / "bin"
+    listed = json.loads(story.run(f"{venv}/dg list defs --json", cwd=project, env=env))
+    story.check(f"dg list defs lists {', '.join(assets)}",
+                sorted(a["asset_key"] for a in listed["assets"]) == sorted(assets), listed["assets"])
+    checked = story.run(f"{venv}/dg check defs 2>&1", cwd=project, env=env)
+    story.check("dg check defs loads every component", "All definitions loaded successfully." in checked, checked)
+
+
+def shop_components(story: Story) -> None:
+    print("\nsection 12: the shop as Dagster components, with the base install", flush=True)
+    story.shown("cd examples/components/shop")
+    project = components_project(story, "shop")
+    env = {"DAGSTER_HOME": str(project / "dagster_home"),
+           "SHOP_SOURCE_URL": f"sqlite:///{story.shop / 'shop.db'}",
+           "SHOP_LIVE_SINCE": datetime.now(UTC).strftime("%Y-%m-%d")}
+    dg_checks(story, project, ["customers", "enriched_orders", "large_orders", "orders", "revenue_by_country",
+                               "small_orders"], env)
+
+    orders = project / "shop_components" / "defs" / "orders" / "defs.yaml"
+    text = orders.read_text()
+    orders.write_text(text.replace("      amount_cents: long\n", "      amount_cents: lnog\n"))
+    refused = story.run(f"{story.shop / '.venv' / 'bin'}/dg check defs 2>&1", cwd=project, env=env, exit_status=1)
+    said = (f"{orders}:17 - attributes.target.columns.amount_cents: 'lnog' is not a Spark type "
+            "(`<type> [not null]`: long, string, double, boolean, date, timestamp, decimal(10,2), ...)")
+    story.check("a column type Spark does not know: one line naming the file, line and key",
+                any(line.endswith(said) for line in refused.splitlines()), refused[-3000:])
+    orders.write_text(text)
+
+    venv = story.shop / ".venv" / "bin"
+    story.check("the orders' id range is planned and ingested",
+                run_planned_ranges(story, project, "shop_components.definitions", "orders", env) == ["id:0-8"])
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    story.run(f"{venv}/dagster asset materialize -m shop_components.definitions --select customers "
+              f"--partition {today}", cwd=project, env=env)
+    story.run(f"{venv}/dagster asset materialize -m shop_components.definitions "
+              "--select enriched_orders,revenue_by_country,large_orders,small_orders", cwd=project, env=env)
+    offsets = story.run(f"{venv}/offset-assets offsets", cwd=project, env=env)
+    pairs = {tuple(line.split()[:2]) for line in offsets.splitlines()[1:]}
+    story.check("the components' transformations ran and committed their offsets",
+                pairs == {("enriched_orders", "customers"), ("enriched_orders", "orders"),
+                          ("order_sizes", "orders"), ("revenue_by_country", "enriched_orders")}, offsets)
+
+
 def install_kafka_extra(story: Story, wheel: Path) -> dict[str, float]:
     print("\nsection 11: the [kafka] extra, installed as the guide says", flush=True)
     block = story.guide_block("11. A Kafka topic as a source")
@@ -258,39 +331,68 @@ def install_kafka_extra(story: Story, wheel: Path) -> dict[str, float]:
     return {"seconds": seconds, "bytes": du(story.shop / ".venv")}
 
 
-def kafka_events(story: Story) -> None:
+@contextlib.contextmanager
+def kafka_broker(story: Story) -> Iterator[object]:
+    """A local broker (the test extra's noida-db binary) holding the topic; its address."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from tests.kafka_broker import KafkaBroker, noida_binary
 
-    written = story.write_guide_files("kafka_events", "kafka_events")
-    story.check("the guide's files written into kafka_events/", written == ["definitions.py", "run.py"], written)
     broker = KafkaBroker(noida_binary(), story.work / "kafka" / "data")
     broker.data_dir.parent.mkdir(parents=True)
     broker.start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(10)
-        send = [(0, [(1, 7, 1000), (2, 8, 500)]), (1, [(3, 7, 250)])]
-        for partition, orders in send:
-            broker.produce(TOPIC, [json.dumps({"order_id": o, "customer_id": c, "amount_cents": a})
-                                   for o, c, a in orders], partition=partition)
-        env = {"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers, "ORDER_EVENTS_TOPIC": TOPIC}
-        run = story.shown(".venv/bin/python -m kafka_events.run")
-        first = story.run(run, env=env)
-        story.check("the first range is kafka:earliest, and the guide shows this run's output",
-                    all(line in story.guide for line in first.strip().splitlines())
-                    and reports(first)["ingested"] == ["kafka:earliest"], first)
-
-        broker.produce(TOPIC, [json.dumps({"order_id": 4, "customer_id": 9, "amount_cents": 300}),
-                               json.dumps({"order_id": 5, "customer_id": 8, "amount_cents": 100})], partition=1)
-        second = reports(story.run(run, env=env))
-        story.check("the next range starts where the first ended; only customers 8 and 9 are recomputed",
-                    second == {"ingested": [f"kafka:{TOPIC}/0@2,{TOPIC}/1@1"], "customer_totals": {
-                        "mode": "incremental", "changed_keys": 2, "processed_keys": 2}}
-                    and f"kafka:{TOPIC}/0@2,{TOPIC}/1@1" in story.guide, second)
+        yield broker
     finally:
         broker.stop()
+
+
+def send_orders(broker, partition: int, orders: list[tuple[int, int, int]]) -> None:
+    broker.produce(TOPIC, [json.dumps({"order_id": o, "customer_id": c, "amount_cents": a}) for o, c, a in orders],
+                   partition=partition)
+
+
+def kafka_events(story: Story, broker) -> None:
+    written = story.write_guide_files("kafka_events", "kafka_events")
+    story.check("the guide's files written into kafka_events/", written == ["definitions.py", "run.py"], written)
+    for partition, orders in [(0, [(1, 7, 1000), (2, 8, 500)]), (1, [(3, 7, 250)])]:
+        send_orders(broker, partition, orders)
+    env = {"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers, "ORDER_EVENTS_TOPIC": TOPIC}
+    run = story.shown(".venv/bin/python -m kafka_events.run")
+    first = story.run(run, env=env)
+    story.check("the first range is kafka:earliest, and the guide shows this run's output",
+                all(line in story.guide for line in first.strip().splitlines())
+                and reports(first)["ingested"] == ["kafka:earliest"], first)
+
+    send_orders(broker, 1, [(4, 9, 300), (5, 8, 100)])
+    second = reports(story.run(run, env=env))
+    story.check("the next range starts where the first ended; only customers 8 and 9 are recomputed",
+                second == {"ingested": [f"kafka:{TOPIC}/0@2,{TOPIC}/1@1"], "customer_totals": {
+                    "mode": "incremental", "changed_keys": 2, "processed_keys": 2}}
+                and f"kafka:{TOPIC}/0@2,{TOPIC}/1@1" in story.guide, second)
+
+
+def kafka_components(story: Story, broker) -> None:
+    print("\nsection 12: the Kafka pipeline as Dagster components, with the [kafka] extra", flush=True)
+    project = components_project(story, "kafka_events")
+    env = {"DAGSTER_HOME": str(project / "dagster_home"), "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+           "ORDER_EVENTS_TOPIC": TOPIC}
+    dg_checks(story, project, ["customer_totals", "order_events"], env)
+    story.check("the topic's first range is planned and ingested (its own control plane: from the earliest)",
+                run_planned_ranges(story, project, "kafka_components.definitions", "order_events", env)
+                == ["kafka:earliest"])
+    venv = story.shop / ".venv" / "bin"
+    story.run(f"{venv}/dagster asset materialize -m kafka_components.definitions --select customer_totals",
+              cwd=project, env=env)
+    jobs = [json.loads(line) for line in story.run(f"{venv}/offset-assets jobs order_events --json", cwd=project,
+                                                    env=env).splitlines()]
+    story.check("job_log: one range, SUCCESS", [r["status"] for r in jobs] == ["SUCCESS"], jobs)
+    offsets = story.run(f"{venv}/offset-assets offsets", cwd=project, env=env)
+    story.check("customer_totals committed its offset on order_events",
+                {tuple(line.split()[:2]) for line in offsets.splitlines()[1:]}
+                == {("customer_totals", "order_events")}, offsets)
 
 
 def main() -> int:
@@ -310,8 +412,11 @@ def main() -> int:
               f"in {time.monotonic() - build_started:.0f} s", flush=True)
         base = set_up(story, wheel)
         first_pipeline(story)
+        shop_components(story)
         kafka = install_kafka_extra(story, wheel)
-        kafka_events(story)
+        with kafka_broker(story) as broker:
+            kafka_events(story, broker)
+            kafka_components(story, broker)
     except (StoryFailed, subprocess.TimeoutExpired) as exc:
         print(f"\nFAILED: {exc}\nthe story's folder is kept: {work}", file=sys.stderr, flush=True)
         return 1

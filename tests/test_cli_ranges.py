@@ -136,6 +136,22 @@ def test_plan_adds_the_due_id_range_to_the_instance_and_prints_the_command_that_
         assert instance.get_dynamic_partitions("customers_by_id_ranges") == ["id:0-3", "id:3-4"]
 
 
+def test_plan_loads_definitions_a_decorated_function_returns_as_a_components_project_has_them(
+        project, source_url, tmp_path):
+    """A components project's `definitions.py` holds a `@dg.definitions` function, not a
+    Definitions object: the command loads what it returns."""
+    path = tmp_path / "project" / f"{project}.py"
+    path.write_text(path.read_text().replace("defs = dg.Definitions(", "@dg.definitions\ndef defs():\n"
+                                                                        "    return dg.Definitions("))
+    add_customers(source_url, "ann", "bob")
+
+    planned = plan("customers_by_id")
+
+    assert planned.exit_code == 0, planned.output
+    assert planned.stdout.splitlines() == [
+        f"dagster asset materialize -m {project} --select customers_by_id --partition id:0-2"]
+
+
 def test_plan_prints_the_closed_windows_of_a_time_window_asset_in_order(project, source_url):
     add_customers(source_url, "ann")
 

@@ -96,7 +96,8 @@ def test_every_mistake_of_a_definition_is_named_in_one_error():
 
 def test_a_multi_asset_output_missing_a_transform_key_is_refused_naming_the_transformation():
     with pytest.raises(dg.DagsterInvalidDefinitionError,
-                       match=r"incremental asset 'moderated_posts': transform key column\(s\) \['post_id'\] "
+                       match=r"incremental asset 'rejected' \(an output of 'moderated_posts'\): transform key "
+                             r"column\(s\) \['post_id'\] "
                              r"not in the output schema's columns \['id', 'text'\]"):
         @incremental_multi_asset(
             outs={"accepted": IncrementalOut(["post_id"], ENRICHED),
@@ -105,6 +106,42 @@ def test_a_multi_asset_output_missing_a_transform_key_is_refused_naming_the_tran
             transform_keys=["post_id"])
         def moderated_posts(posts):
             return {"accepted": posts, "rejected": posts}
+
+
+CATEGORY_REVENUE = StructType([StructField("customer_id", LongType(), False),
+                               StructField("category", StringType(), True), StructField("revenue", LongType())])
+NARROWER = (
+    "primary_key ['customer_id'] is narrower than transform_keys ['customer_id', 'category']: the rows of "
+    "transform keys that differ only in 'category' would share a primary key (two states of one row in one "
+    "write); a run replaces each processed key's output rows, so an output's primary key must tell which "
+    "transform key a row belongs to: declare primary_key ['customer_id', 'category'] (or one with a column "
+    "that tells it)")
+
+
+def test_a_primary_key_narrower_than_the_transform_keys_is_refused_at_declaration_naming_the_asset():
+    """Revenue per (customer, category) keyed by customer alone: every run would write two
+    states of a customer's row and fail, leaving the keys failed for ever."""
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as refused:
+        @incremental_asset(transform_keys=["customer_id", "category"], primary_key=["customer_id"],
+                           schema=CATEGORY_REVENUE)
+        def category_revenue(orders):
+            return orders
+    assert str(refused.value) == f"incremental asset 'category_revenue': {NARROWER}"
+
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as refused:
+        @incremental_multi_asset(
+            outs={"by_category": IncrementalOut(["customer_id", "category"], CATEGORY_REVENUE),
+                  "by_customer": IncrementalOut(["customer_id"], CATEGORY_REVENUE, key=["shop", "by_customer"])},
+            transform_keys=["customer_id", "category"])
+        def revenue_split(orders):
+            return {"by_category": orders, "by_customer": orders}
+    assert str(refused.value) == f"incremental asset 'shop/by_customer' (an output of 'revenue_split'): {NARROWER}"
+
+
+def test_a_primary_key_wider_than_the_transform_keys_or_beside_them_is_accepted():
+    # A post's rows keyed by (post, text); rows keyed by a column beside the transform key.
+    assert declare(transform_keys=["post_id"], primary_key=["post_id", "text"]).key == dg.AssetKey("enriched_posts")
+    assert declare(transform_keys=["post_id"], primary_key=["text"]).key == dg.AssetKey("enriched_posts")
 
 
 def test_a_plain_asset_made_incremental_by_metadata_is_checked_the_same_way():

@@ -1,7 +1,9 @@
 """What an incremental asset says of its inputs is checked against the other assets of its
 definitions when they load (`validate_definitions`), one line per mistake, before any
 Spark session: an input that names no asset, a transform key or a join key that is not a
-column of its input. A run checks its own asset again at its start, still without Spark.
+column of its input, a resource something needs and the definitions lack (Dagster's own
+`Definitions.validate_loadable` refuses a missing `offset_store` too). A run checks its
+own asset again at its start, still without Spark.
 
 The story: a shop's `orders` are ingested from a SQL table, `products` is a table written
 outside Dagster and declared with its columns; `revenue_by_product` joins them.
@@ -20,6 +22,7 @@ from offset_assets.dagster_adapter import (
     OffsetStore,
     SqlTableSource,
     TargetTable,
+    build_ingestion_sensor,
     incremental_asset,
     ingestion_asset,
     table_metadata,
@@ -50,7 +53,7 @@ def products_spec(**metadata) -> dg.AssetSpec:
 def revenue_asset(transform_keys=("order_id",), join_keys=None):
     join_keys = join_keys or {"products": {"product_id": "product_id"}}
 
-    @incremental_asset(transform_keys=list(transform_keys), primary_key=["order_id"], schema=REVENUE,
+    @incremental_asset(transform_keys=list(transform_keys), primary_key=list(transform_keys), schema=REVENUE,
                        join_keys=join_keys)
     def revenue_by_product(orders: DataFrame, products: DataFrame) -> DataFrame:
         return orders.join(products, "product_id").select("order_id", "name", "amount_cents")
@@ -58,9 +61,14 @@ def revenue_asset(transform_keys=("order_id",), join_keys=None):
     return revenue_by_product
 
 
+def resources() -> dict:
+    """What the definitions' assets, checks and sensors need (nothing here connects)."""
+    return engine_resources(OffsetStore())
+
+
 def refused(*assets) -> list[str]:
     with pytest.raises(dg.DagsterInvalidDefinitionError) as raised:
-        validate_definitions(dg.Definitions(assets=list(assets)))
+        validate_definitions(dg.Definitions(assets=list(assets), resources=resources()))
     return str(raised.value).splitlines()
 
 
@@ -111,7 +119,7 @@ def test_every_mistake_is_its_own_line():
 def test_an_input_that_declares_no_columns_is_checked_for_its_name_only():
     plain_products = products_spec(owner="shop")
     defs = dg.Definitions(assets=[orders_asset(), plain_products, revenue_asset(join_keys={"products": {
-        "product_id": "not_checked"}})])
+        "product_id": "not_checked"}})], resources=resources())
     assert validate_definitions(defs) is defs
 
 
@@ -124,8 +132,41 @@ def test_a_plain_asset_written_by_the_io_manager_declares_its_columns_too():
 
 
 def test_valid_definitions_load_unchanged():
-    defs = dg.Definitions(assets=[orders_asset(), products_spec(), revenue_asset()])
+    defs = dg.Definitions(assets=[orders_asset(), products_spec(), revenue_asset()], resources=resources())
     assert validate_definitions(defs) is defs
+
+
+def test_a_missing_offset_store_is_refused_when_the_definitions_load_by_both_loaders():
+    """The shop's orders with their range sensor, and revenue: resources without the
+    control plane the sensor reads. Without the check the definitions would load, and the
+    sensor's first tick in the daemon would be the first to say so."""
+    orders = orders_asset()
+    job = IngestionJob(name="orders", source=SqlTableSource("sqlite:///shop.db", "orders", id_column="order_id"),
+                       planner=AutoIncrementIdPlanner(), target=TargetTable("orders", ["order_id"], ORDERS))
+    without_store = {key: value for key, value in resources().items() if key != "offset_store"}
+    defs = dg.Definitions(assets=[orders, products_spec(), revenue_asset()],
+                          sensors=[build_ingestion_sensor(job, orders)], resources=without_store)
+
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as raised:
+        validate_definitions(defs)
+    assert str(raised.value).splitlines() == [
+        "resource 'offset_store' is needed by asset 'orders', asset 'revenue_by_product' and sensor "
+        "'orders_ranges_sensor'; these definitions provide none (they provide ['incremental_engine', "
+        "'io_manager']); pass the engine's control plane: resources={'offset_store': engine.offset_store, ...}"]
+    with pytest.raises(dg.DagsterInvalidDefinitionError,
+                       match="resource with key 'offset_store' required by op 'orders' was not provided"):
+        dg.Definitions.validate_loadable(defs)
+
+
+def test_a_missing_engine_resource_is_named_with_what_needs_it_and_how_to_provide_it():
+    defs = dg.Definitions(assets=[orders_asset(), products_spec(), revenue_asset()],
+                          resources={"offset_store": OffsetStore()})
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as raised:
+        validate_definitions(defs)
+    assert str(raised.value).splitlines() == [
+        "resource 'incremental_engine' is needed by asset 'orders' and asset 'revenue_by_product'; these "
+        "definitions provide none (they provide ['offset_store']); pass resources={'incremental_engine': "
+        "IncrementalEngineResource(offset_store=..., spark=...), ...}"]
 
 
 def test_a_run_of_definitions_never_validated_names_a_mistyped_input_at_its_start(

@@ -21,6 +21,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from bench.posts_world import make_world, rows_of
 from offset_assets.control_plane import connect
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.errors import TransformationDefinitionError
 from offset_assets.engine.transformation import Transformation, TransformInput
 from offset_assets.versioned.compaction import compact
 from offset_assets.versioned.table import VersionedTable
@@ -89,3 +90,21 @@ def test_incremental_runs_equal_a_full_recompute_with_every_key_joined(spark, ke
     ExactnessMachine.driver_keys_limit = None
     machine = seed(20261127)(lambda: KeysJoinedMachine())
     run_state_machine_as_test(machine, settings=SHARD_SETTINGS)
+
+
+def test_an_output_keyed_by_fewer_columns_than_the_transform_keys_is_refused_when_declared(
+        spark, sqlite_url, warehouse):
+    """Posts per (user, post) keyed by user alone: two posts of a user would be two
+    states of one row in every write. Refused before any run, naming the output."""
+    world = make_world(spark, connect(sqlite_url), warehouse)
+    by_user = VersionedTable(spark, world.posts.plane, "posts_by_user", ["user_id"], POSTS_BY_USER,
+                             warehouse=warehouse)
+    with pytest.raises(TransformationDefinitionError) as refused:
+        Transformation("posts_by_user", [TransformInput(world.posts)], ["user_id", "post_id"], [by_user],
+                       func=posts_by_user)
+    assert str(refused.value) == (
+        "transformation 'posts_by_user': output 'posts_by_user': primary_key ['user_id'] is narrower than "
+        "transform_keys ['user_id', 'post_id']: the rows of transform keys that differ only in 'post_id' would "
+        "share a primary key (two states of one row in one write); a run replaces each processed key's output "
+        "rows, so an output's primary key must tell which transform key a row belongs to: declare primary_key "
+        "['user_id', 'post_id'] (or one with a column that tells it)")

@@ -2,6 +2,7 @@
 
 import contextlib
 import dataclasses
+import pickle
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +14,7 @@ from pyspark.sql import types as T
 from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
-from offset_assets.dagster_adapter import OffsetStore, on_input_commits
+from offset_assets.dagster_adapter import OffsetStore, ingest_due_ranges, on_input_commits
 from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
 from offset_assets.dagster_adapter.ingestion_schedule import build_ingestion_schedule
 from offset_assets.dagster_adapter.ingestion_sensor import build_ingestion_sensor, evaluate_ingestion_sensor
@@ -347,3 +348,34 @@ def test_a_range_reports_its_keys_superseded_rows_and_quarantined_records_and_th
     assert check.description == "1 malformed record(s) set aside in 'changes__quarantine'"
     assert check.metadata["partition_keys"].value == ["id:0-4"]
 
+
+
+def test_ingest_due_ranges_returns_each_ranges_key_with_what_its_run_did(
+        spark, sqlite_url, warehouse, tmp_path, resources, stack):
+    """Two id ranges of a change log: customer 1 twice in the first (its last row wins),
+    a customer id that is no integer and customer 2 in the second (the first quarantined).
+    What each range did comes back with its partition key, not from the event log."""
+    url = f"sqlite:///{tmp_path / 'changes.db'}"
+    execute(url, "CREATE TABLE changes (id INTEGER PRIMARY KEY AUTOINCREMENT, customer_id INTEGER, name TEXT, "
+                 "city TEXT)")
+    execute(url, "INSERT INTO changes (customer_id, name, city) VALUES (1, 'ann', 'Oslo'), (1, 'ann', 'Rome'), "
+                 "('one', 'bob', 'Lima'), (2, 'cid', 'Kyiv')")
+    job = IngestionJob("changes", SqlTableSource(url, "changes", id_column="id", order_by="id"),
+                       AutoIncrementIdPlanner(max_range_size=2), TargetTable("changes", ["customer_id"], BY_CUSTOMER),
+                       transform=lambda rows: rows.selectExpr("customer_id", "name", "city", "id"),
+                       on_malformed="quarantine")
+    defs = dg.Definitions(assets=[ingestion_asset(job)], resources=resources)
+    instance = stack.enter_context(dg.instance_for_test())
+
+    ingested = ingest_due_ranges(defs, "changes", instance)
+
+    assert ingested == ["id:0-2", "id:2-4"]  # the partition keys, as the keys alone were before
+    assert [(r.partition_key, r.attempt, r.rows_read, r.keys_written, r.superseded_in_range, r.rows_upserted,
+             r.rows_quarantined, r.delta_num, r.quarantine_delta_num) for r in ingested] == [
+        ("id:0-2", 1, 2, 1, 1, 1, 0, 1, None),
+        ("id:2-4", 1, 2, 1, 0, 1, 1, 2, 1)]
+    second = JobLog(connect(sqlite_url)).get_range("changes", "2")
+    assert (ingested[1].job_id, ingested[1].run_id) == (second.job_id, second.run_id)
+    copied = pickle.loads(pickle.dumps(ingested))
+    assert copied == ingested and copied[1].rows_quarantined == 1
+    assert ingest_due_ranges(defs, "changes", instance) == []

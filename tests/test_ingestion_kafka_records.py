@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from offset_assets.control_plane import connect
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError
@@ -286,6 +287,63 @@ def test_values_that_do_not_fit_go_to_the_quarantine_table_in_the_range_commit_a
     # Read again (a refresh), the same records are quarantined already: no delta.
     (again,) = ingestion.refresh([DataRange(RangeKind.KAFKA_OFFSET, "{}", result.data_range.end)])
     assert (again.rows_quarantined, again.quarantine_delta_num, again.delta_num) == (3, None, None)
+
+
+ORDER = T.StructType([T.StructField("order_id", T.LongType(), False), T.StructField("amount", T.LongType(), True)])
+
+
+def orders_job(kafka_broker, topic: str, amount: T.DataType, **job) -> IngestionJob:
+    """Orders whose `amount` the job declares as `amount`, quarantining what does not fit."""
+    schema = T.StructType([ORDER["order_id"], T.StructField("amount", amount, True)])
+    source = KafkaSource(kafka_broker.bootstrap_servers, [topic], value_schema=schema, message_key="order_id",
+                         timeout_s=5.0)
+    return IngestionJob("orders", source, KafkaOffsetPlanner(), TargetTable("orders", ["order_id"], schema),
+                        on_malformed="quarantine", **job)
+
+
+def test_a_range_whose_records_mostly_do_not_fit_fails_naming_column_type_and_value_instead_of_quarantining_all(
+        kafka_broker, spark, sqlite_url, warehouse):
+    """`amount` declared bigint over amounts like 12.34: every record would go to the
+    quarantine and the range would log SUCCESS with nothing ingested. More than half of
+    the range not fitting (max_malformed_share, 0.5 by default) fails it instead."""
+    topic = kafka_broker.new_topic("amounts", partitions=1)
+    kafka_broker.send(topic, [(str(i), json.dumps({"order_id": i, "amount": 12.34 + i})) for i in range(20)])
+    plane = connect(sqlite_url)
+
+    with pytest.raises(IngestionError) as refused:
+        RangeIngestion(spark, plane, orders_job(kafka_broker, topic, T.LongType()), warehouse).run_pending()
+    assert str(refused.value).endswith(
+        "MalformedValueError: 20 of 20 record(s) of the range do not fit their declared types (100%, more than "
+        "max_malformed_share 0.5), so the declaration is more likely wrong than the records; the first: Kafka "
+        f"topic '{topic}' partition 0 offset 0: column 'amount' holds '12.34', which is not bigint. Nothing is set "
+        "aside or committed, and the range is retried as it is: fix the declared type (or the source), or raise "
+        "max_malformed_share to quarantine them")
+    assert logged(plane, "orders") == [("FAILURE", 1)]
+    for name in ("orders", "orders__quarantine"):
+        assert DeltaCatalog(plane).last_committed(name) is None
+
+    # The declaration fixed, the retry reads the same twenty records and ingests them all.
+    (retried,) = RangeIngestion(spark, plane, orders_job(kafka_broker, topic, T.DoubleType()),
+                                warehouse).run_pending()
+    assert (retried.attempt, retried.rows_read, retried.rows_upserted, retried.rows_quarantined) == (2, 20, 20, 0)
+
+
+def test_a_range_with_few_records_that_do_not_fit_or_a_job_without_a_threshold_quarantines_them(
+        kafka_broker, spark, sqlite_url, warehouse):
+    topic = kafka_broker.new_topic("some_bad", partitions=1)
+    # 2 of 12 amounts do not fit: under the share, set aside.
+    kafka_broker.send(topic, [(str(i), json.dumps({"order_id": i, "amount": i + 0.5 if i % 6 == 0 else i}))
+                              for i in range(12)])
+    plane = connect(sqlite_url)
+    ingestion = RangeIngestion(spark, plane, orders_job(kafka_broker, topic, T.LongType()), warehouse)
+    (first,) = ingestion.run_pending()
+    assert (first.rows_read, first.rows_upserted, first.rows_quarantined) == (12, 10, 2)
+
+    # All of the next 12 do not fit; a job declaring no threshold sets them aside.
+    kafka_broker.send(topic, [(str(i), json.dumps({"order_id": i, "amount": i + 0.5})) for i in range(12, 24)])
+    (second,) = RangeIngestion(spark, plane, orders_job(kafka_broker, topic, T.LongType(), max_malformed_share=None),
+                               warehouse).run_pending()
+    assert (second.rows_read, second.rows_upserted, second.rows_quarantined) == (12, 0, 12)
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,20 @@ def test_an_order_by_column_that_cannot_order_rows_is_refused_naming_it(change_l
         RangeIngestion(spark, connect(sqlite_url), prices_job(change_log, order_by="note"), warehouse).run_pending()
 
 
+def test_a_target_column_the_source_names_otherwise_is_refused_naming_both_names(
+        change_log, spark, sqlite_url, warehouse):
+    change(change_log, (1, 10.0, 0))
+    renamed = T.StructType([PRICES["product_id"], T.StructField("price_eur", T.DoubleType(), True)])
+    job = IngestionJob("prices", SqlTableSource(change_log, "price_changes", id_column="change_id"),
+                       AutoIncrementIdPlanner(), TargetTable("prices", ["product_id"], renamed))
+    with pytest.raises(IngestionError) as refused:
+        RangeIngestion(spark, connect(sqlite_url), job, warehouse).run_pending()
+    assert str(refused.value).endswith(
+        "IngestionError: job 'prices': the source's rows lack the target's column(s) ['price_eur']; the columns "
+        "they have beside the target's are ['change_id', 'price']: declare the target's columns as the source "
+        "names them, or give the job a transform that renames them")
+
+
 @pytest.fixture
 def loose(tmp_path) -> str:
     """A SQLite table holding values its declared types cannot hold (SQLite keeps them)."""
@@ -172,6 +186,54 @@ def test_rows_whose_values_do_not_fit_go_to_the_quarantine_table_with_the_range_
     # The raw value is the row as the source held it.
     assert json.loads(rows[0][2]) == {"id": 2, "qty": "many", "price": 1.0, "counted_at": None}
     assert quarantine.last_committed().commit_ts == table.last_committed().commit_ts == result.commit_ts
+
+
+@pytest.fixture
+def fractions(tmp_path) -> str:
+    """A stock table whose first 8 of 12 quantities were written as decimals into its
+    INTEGER column (SQLite keeps them), the only values of their batch that do not fit."""
+    url = f"sqlite:///{tmp_path / 'stock.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE stock (id INTEGER PRIMARY KEY, qty INTEGER, price REAL, "
+                             "counted_at DATETIME)"))
+        conn.execute(sa.text("INSERT INTO stock (id, qty, price) VALUES (:id, :qty, 1.0)"),
+                     [{"id": i, "qty": i + 0.25 if i <= 8 else i} for i in range(1, 13)])
+    engine.dispose()
+    return url
+
+
+def test_a_fraction_in_an_integer_column_is_never_truncated_into_a_bigint_but_fails_the_range_naming_it(
+        fractions, spark, sqlite_url, warehouse):
+    plane = connect(sqlite_url)
+    with pytest.raises(IngestionError) as refused:
+        RangeIngestion(spark, plane, stock_job(fractions), warehouse).run_pending()
+    assert str(refused.value).endswith(
+        f"MalformedValueError: SQL source 'stock' at {fractions}: row {{\"id\": 1}}: column 'qty' holds 1.25, "
+        "which is not bigint")
+    assert VersionedTable(spark, plane, "stock", ["id"], STOCK, warehouse=warehouse).last_committed() is None
+
+
+def test_a_sql_range_mostly_of_values_their_type_cannot_hold_fails_naming_the_first_unless_the_share_allows_it(
+        fractions, spark, sqlite_url, warehouse):
+    """8 of 12 quantities do not fit the declared bigint. A job that quarantines fails the
+    range on that share rather than set two thirds of it aside; one that declares a
+    higher share sets them aside."""
+    plane = connect(sqlite_url)
+
+    with pytest.raises(IngestionError) as refused:
+        RangeIngestion(spark, plane, stock_job(fractions, on_malformed="quarantine"), warehouse).run_pending()
+    assert str(refused.value).endswith(
+        "MalformedValueError: 8 of 12 record(s) of the range do not fit their declared types (67%, more than "
+        "max_malformed_share 0.5), so the declaration is more likely wrong than the records; the first: SQL "
+        "source 'stock' row {\"id\": 1}: column 'qty' holds 1.25, which is not bigint. Nothing is set aside or "
+        "committed, and the range is retried as it is: fix the declared type (or the source), or raise "
+        "max_malformed_share to quarantine them")
+    assert [row.status for row in JobLog(plane).history("stock")] == ["FAILURE"]
+
+    (retried,) = RangeIngestion(spark, plane, stock_job(fractions, on_malformed="quarantine", max_malformed_share=0.9),
+                                warehouse).run_pending()
+    assert (retried.attempt, retried.rows_read, retried.rows_upserted, retried.rows_quarantined) == (2, 12, 4, 8)
 
 
 def test_postgresql_values_a_spark_type_cannot_hold_are_quarantined_and_a_text_column_for_a_bigint_is_refused(

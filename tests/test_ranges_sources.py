@@ -123,3 +123,28 @@ def test_folder_source_filters_rows_by_time_for_ranges_finer_than_a_folder(spark
     source = FolderSource(root, time_column="ts", schema=schema)
     batch = source.read_range(spark, time_range("20220101060000", "20220101180000"))
     assert [r.name for r in batch.df.collect()] == ["noon"]
+
+
+@pytest.mark.parametrize("column_type", ["timestamp", "timestamptz"])
+def test_a_postgresql_time_window_is_utc_whatever_the_servers_time_zone(postgres_url, spark, column_type):
+    """A server whose TimeZone is New York: a naive `timestamp` is read as UTC, a
+    `timestamptz` as the instant it holds, and the window [Jan 1, Jan 2) UTC holds the
+    rows of that UTC day in both, not those of New York's day."""
+    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg2://"))
+    database = sa.engine.make_url(postgres_url).database
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'ALTER DATABASE "{database}" SET timezone TO \'America/New_York\''))
+    engine.dispose()  # the setting holds for new sessions
+    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg2://"))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE TABLE events (id serial PRIMARY KEY, at {column_type})"))
+        # 23:30 UTC on Jan 1 (18:30 in New York), 02:00 UTC on Jan 2 (still Jan 1 in New York).
+        written = ["2022-01-01 23:30:00", "2022-01-02 02:00:00"]
+        values = written if column_type == "timestamp" else [f"{text}+00" for text in written]
+        conn.execute(sa.text("INSERT INTO events (at) VALUES (CAST(:a AS " + column_type + ")), (CAST(:b AS "
+                             + column_type + "))"), {"a": values[0], "b": values[1]})
+    engine.dispose()
+    batch = SqlTableSource(postgres_url, "events", time_column="at").read_range(
+        spark, time_range("20220101000000", "20220102000000"))
+    assert [(r.id, r.at.astimezone(UTC)) for r in batch.df.collect()] == [
+        (1, datetime(2022, 1, 1, 23, 30, tzinfo=UTC))]

@@ -66,6 +66,12 @@ BAD_INPUTS = {
         SchemaMismatchError,
         r"unknown column\(s\) \['colour'\]",
     ),
+    "a column under another name": (
+        lambda s: s.createDataFrame([("b", 2, 5.0, "EUR")], "shop string, day int, amount_eur double, currency string"),
+        SchemaMismatchError,
+        r"missing column\(s\) \['amount'\] and unknown column\(s\) \['amount_eur'\]; the table has "
+        r"\['shop', 'day', 'amount', 'currency'\]",
+    ),
     "incompatible type": (
         lambda s: good_row(s).withColumn("day", F.lit("monday")),
         SchemaMismatchError,

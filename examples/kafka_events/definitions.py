@@ -9,7 +9,9 @@ mode, on the Spark executors. The offsets reached are committed with the rows.
 
 The topic is keyed by order id, as a compacted topic is: an order sent again replaces its
 row (the last message of an order in a range wins, by offset), and a message with the
-order's key and no value (a tombstone) deletes it.
+order's key and no value (a tombstone) deletes it. A value that does not fit is set aside
+in `order_events__quarantine`, unless more than half of a range does not: then the range
+fails, naming the column and the value.
 """
 
 import os
@@ -49,14 +51,16 @@ CUSTOMER_TOTALS = T.StructType([
 
 
 def order_events_job(bootstrap_servers: str, topic: str) -> IngestionJob:
-    """The topic's messages, keyed by order: an order sent again replaces its row, and a
-    tombstone (the order's key, no value) deletes it."""
+    """The topic's messages, keyed by order: an order sent again replaces its row, a
+    tombstone (the order's key, no value) deletes it, and a message whose value does not
+    fit goes to the quarantine table."""
     return IngestionJob(
         name="order_events",
         source=KafkaSource(bootstrap_servers, [topic], value_schema=ORDER_EVENT, message_key="order_id"),
         # At most 10,000 offsets of each partition per range: a backlog becomes several ranges.
         planner=KafkaOffsetPlanner(max_offsets_per_partition=10_000),
         target=TargetTable("order_events", ["order_id"], ORDER_EVENT),
+        on_malformed="quarantine",
     )
 
 

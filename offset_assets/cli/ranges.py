@@ -62,9 +62,11 @@ def definitions_module(option: str | None, project: Path) -> str:
 
 
 def load_definitions(module_name: str, project: Path) -> dg.Definitions:
-    """The one `dg.Definitions` object at the top level of `module_name`, imported with
-    `project` on the import path as `dagster -m` does."""
+    """The one `dg.Definitions` object at the top level of `module_name`, or what its one
+    `@dg.definitions` function returns (a components project's `definitions.py`), imported
+    with `project` on the import path as `dagster -m` does."""
     import dagster as dg
+    from dagster.components.definitions import LazyDefinitions
 
     if str(project) not in sys.path:
         sys.path.insert(0, str(project))
@@ -74,12 +76,19 @@ def load_definitions(module_name: str, project: Path) -> dg.Definitions:
         first_line = (str(exc).strip() or type(exc).__name__).splitlines()[0]
         raise DefinitionsError(f"cannot load Definitions module {module_name!r}: "
                                f"{type(exc).__name__}: {first_line}") from exc
-    found = {name: value for name, value in vars(module).items() if isinstance(value, dg.Definitions)}
+    found = {name: value for name, value in vars(module).items()
+             if isinstance(value, dg.Definitions | LazyDefinitions)}
     if len(found) != 1:
         names = ", ".join(sorted(found)) or "none"
         raise DefinitionsError(f"module {module_name!r} must hold exactly one dagster Definitions object "
-                               f"at its top level (found: {names})")
-    return next(iter(found.values()))
+                               f"or @dg.definitions function at its top level (found: {names})")
+    (name, defs), = found.items()
+    if isinstance(defs, LazyDefinitions):
+        try:
+            return defs()
+        except dg.DagsterInvariantViolationError as exc:  # a function that wants a component's context
+            raise DefinitionsError(f"{module_name}.{name}: {exc}") from None
+    return defs
 
 
 def ingestion_assets(defs: dg.Definitions) -> dict[str, tuple[dg.AssetsDefinition, Any]]:

@@ -31,6 +31,8 @@ _EXPORTS = {
     # Dagster components (`defs.yaml`)
     "IngestionJobComponent": "offset_assets.dagster_adapter.components",
     "IncrementalAssetComponent": "offset_assets.dagster_adapter.components",
+    "IncrementalMultiAssetComponent": "offset_assets.dagster_adapter.components",
+    "load_defs_folder": "offset_assets.dagster_adapter.component_loading",
     # checks, sensors, schedules
     "build_offset_checks": "offset_assets.dagster_adapter.checks",
     "build_offset_sensor": "offset_assets.dagster_adapter.sensors",
@@ -49,6 +51,7 @@ _EXPORTS = {
     "build_ingestion_schedule": "offset_assets.dagster_adapter.ingestion_schedule",
     "evaluate_ingestion_sensor": "offset_assets.dagster_adapter.ingestion_sensor",
     "ingest_due_ranges": "offset_assets.dagster_adapter.ingestion_sensor",
+    "IngestedRange": "offset_assets.dagster_adapter.ingestion_sensor",
     "REFRESH_TAG": "offset_assets.dagster_adapter.ingestion_invocation",
     # reverts (undo a bad load from the UI)
     "revert_job": "offset_assets.dagster_adapter.revert",

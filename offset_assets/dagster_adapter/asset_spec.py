@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from offset_assets.engine.transformation import narrow_primary_key
 from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, CommitModeLike
 from offset_assets.versioned.table_schema import column_name_problems
 
@@ -76,6 +77,8 @@ class IncrementalSpec:
         if problems:
             where = self.asset or self.transformation_id
             named = f"incremental asset {where!r}" if where else "incremental asset"
+            if self.asset and self.transformation_id and self.asset != self.transformation_id:
+                named += f" (an output of {self.transformation_id!r})"
             raise dg.DagsterInvalidDefinitionError(f"{named}: {'; '.join(problems)}")
         # Frozen: the strings a caller gave become the enums once, here.
         object.__setattr__(self, "commit_mode", CommitMode(self.commit_mode))
@@ -85,9 +88,11 @@ class IncrementalSpec:
         """What is wrong with this definition, each naming the key and the schema's
         columns, from what the engine would refuse only once Spark has started: the
         schema (a Spark StructType's JSON; no duplicate, reserved or map column), the
-        primary key and the transform keys (present, and columns of the schema), the
-        engine options. A nullable primary-key column is accepted, as the table accepts
-        it: NULL is a key there, like any other value."""
+        primary key and the transform keys (present, columns of the schema, and a primary
+        key that tells the output rows of different transform keys apart:
+        `engine.transformation.narrow_primary_key`), the engine options. A nullable
+        primary-key column is accepted, as the table accepts it: NULL is a key there, like
+        any other value."""
         problems = [f"{option} must be one of {allowed}, got {value!r}" for option, value, allowed in (
             ("on_failed_keys", self.on_failed_keys, ("raise", "warn")),
             ("commit_mode", self.commit_mode, tuple(m.value for m in CommitMode)),
@@ -109,6 +114,9 @@ class IncrementalSpec:
             missing = [k for k in keys if k not in names]
             if missing:
                 problems.append(f"{what} column(s) {missing} not in the output schema's columns {names}")
+        if set(self.transform_keys) <= set(names):
+            narrow = narrow_primary_key(self.transform_keys, self.primary_key)
+            problems += [narrow] if narrow else []
         return problems
 
     def to_metadata(self) -> dict[str, Any]:

@@ -58,6 +58,7 @@ from offset_assets.dagster_adapter.asset_spec import (
     spec_metadata,
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
+from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.engine.transformation import TransformFunction
 from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, CommitModeLike
 
@@ -127,7 +128,8 @@ def incremental_asset(
         into an input's table under another name (the reference project's
         `post_updates` writes `posts`).
     The body runs the engine of the `IncrementalEngineResource` under the resource key
-    `incremental_engine`.
+    `incremental_engine`; the asset also needs the `OffsetStore` under `offset_store`,
+    which its checks and sensors read.
     Other keyword arguments (group_name, description, owners, tags, retry_policy,
     automation_condition, ...) go to `dg.asset`.
     """
@@ -212,6 +214,7 @@ def incremental_multi_asset(
                 join_keys={p: dict(keys) for p, keys in (join_keys or {}).items()},
                 batch_size=batch_size, commit_mode=commit_mode, change_detection=change_detection,
                 on_failed_keys=on_failed_keys, transformation_id=transformation_id,
+                asset=dg.AssetKey.from_coercible(out.key or output_name).to_user_string(),
             )
             asset_outs[output_name] = dg.AssetOut(
                 key=out.key,
@@ -265,8 +268,12 @@ def _engine_body(fn: Callable[..., Any]) -> Callable[..., Iterator[dg.Materializ
     metadata is an observation. Explicit requests (a reset, a key list, a reprocess
     request) materialize every output (`invocation.py`, `run_report.py`)."""
 
+    # `offset_store` is not used here: the asset's checks, sensors and the command line read
+    # the control plane through it, so asking for it refuses definitions without it when
+    # they load (`Definitions.validate_loadable`), not at a sensor's first tick.
     def _incremental(context: dg.AssetExecutionContext, config: IncrementalRunConfig,
-                     incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
+                     incremental_engine: IncrementalEngineResource,
+                     offset_store: OffsetStore) -> Iterator[dg.MaterializeResult]:
         asset = resolve_incremental(context.assets_def)
         invocation = incremental_engine.incremental_invocation(context, asset, _by_parameter(asset, fn),
                                                                config.changelist, config.change_detection)

@@ -1,31 +1,38 @@
 """The attributes of the components (`components.py`) as pydantic models: a table's
-columns or schema, a source, a planner, a target, each refusing unknown keys, and how a
-nested model's error is named (`parsed`).
+columns or schema, a source, a planner, a target, a multi-asset's outputs, each refusing
+unknown keys.
 
 A source or a planner is one of several kinds, given as its one key (`sql_table:`,
 `kafka:`, `folder:`; `time_window:`, `auto_increment_id:`, `kafka_offsets:`,
-`upstream:`); each model builds the object the Python form takes.
+`upstream:`); each model builds the object the Python form takes, its keys the Python
+class's arguments. `key` arguments say where a model sits in the component's attributes,
+so that what it refuses names the YAML key (`component_loading.declared_at`).
 """
 
 # No `from __future__ import annotations`: Dagster resolves these models' field types at
 # class creation, so they must not be strings.
 
-import importlib
-import inspect
-import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 from pyspark.sql.types import StructType
 
+from offset_assets.dagster_adapter.component_loading import (
+    ColumnTypeError,
+    ComponentDeclarationError,
+    declared_at,
+    import_object,
+    where,
+)
 from offset_assets.ranges.planners import AutoIncrementIdPlanner, KafkaOffsetPlanner, TimeWindowPlanner, UpstreamPlanner
 from offset_assets.ranges.sources import FolderSource, SqlTableSource
 from offset_assets.ranges.sources.kafka import KafkaSource
 
 Columns = dict[str, str]
+Key = Sequence[str]
 
 _DATETIME = TypeAdapter(datetime)
 _TIMEDELTA = TypeAdapter(timedelta)
@@ -37,7 +44,8 @@ _SQL_TYPE_NAMES = {"bigint": "long", "int": "integer", "smallint": "short", "tin
 
 def schema_of_columns(columns: Mapping[str, str]) -> StructType:
     """`{name: "long not null"}` as a Spark StructType, without a Spark session: a type is
-    Spark's JSON or SQL name (`long` or `bigint`, `decimal(10,2)`, ...)."""
+    Spark's JSON or SQL name (`long` or `bigint`, `decimal(10,2)`, ...); a name Spark does
+    not know raises `ColumnTypeError`."""
     fields = []
     for name, declared in columns.items():
         text = str(declared).strip().lower()
@@ -47,31 +55,36 @@ def schema_of_columns(columns: Mapping[str, str]) -> StructType:
         try:
             StructType.fromJson({"type": "struct", "fields": [field]})
         except (ValueError, KeyError) as exc:
-            raise ValueError(f"column {name!r}: {declared!r} is not a Spark type (`name: <type> [not null]`, "
-                             "e.g. `long not null`, `string`, `decimal(10,2)`)") from exc
+            raise ColumnTypeError(name, declared) from exc
         fields.append(field)
     return StructType.fromJson({"type": "struct", "fields": fields})
+
+
+def import_struct_type(context: dg.ComponentLoadContext, path: str, key: Key) -> StructType:
+    """The pyspark StructType at import path `path`, declared at `key`."""
+    schema = import_object(context, path, key)
+    if not isinstance(schema, StructType):
+        raise ComponentDeclarationError(f"{where(context, key)}: {path!r} is not a pyspark StructType")
+    return schema
 
 
 class ColumnsOrSchema(dg.Model):
     """A table's columns (`columns:`) or a StructType by import path (`struct_type:`)."""
 
     columns: Columns | None = Field(default=None, description="name: Spark type [not null], in order")
-    struct_type: str | None = Field(default=None, description="import path of a pyspark StructType, "
-                                    "e.g. .schemas.ORDERS, for types YAML cannot spell")
+    struct_type: str | None = Field(
+        default=None,
+        description="import path of a pyspark StructType, e.g. .schemas.ORDERS, for types YAML cannot spell",
+    )
 
-    def build_schema(self, context: dg.ComponentLoadContext, what: str) -> StructType:
-        if (self.columns is None) == (self.struct_type is None):
-            raise dg.DagsterInvalidDefinitionError(f"{what}: give either columns or struct_type")
-        if self.columns is not None:
-            try:
+    def build_schema(self, context: dg.ComponentLoadContext, key: Key) -> StructType:
+        """The table's schema; `key`: where this model is in the component's attributes."""
+        with declared_at(context, key):
+            if (self.columns is None) == (self.struct_type is None):
+                raise ValueError("give either columns or struct_type")
+            if self.columns is not None:
                 return schema_of_columns(self.columns)
-            except ValueError as exc:
-                raise dg.DagsterInvalidDefinitionError(f"{what}: {exc}") from None
-        schema = import_object(context, self.struct_type)
-        if not isinstance(schema, StructType):
-            raise dg.DagsterInvalidDefinitionError(f"{what}: struct_type {self.struct_type} is not a StructType")
-        return schema
+        return import_struct_type(context, self.struct_type, [*key, "struct_type"])
 
 
 class _OneOf(dg.Model):
@@ -85,15 +98,16 @@ class _OneOf(dg.Model):
             raise ValueError(f"give exactly one of {list(type(self).model_fields)}, got {chosen or 'none'}")
         return self
 
-    def chosen(self) -> Any:
-        return next(getattr(self, name) for name in type(self).model_fields if getattr(self, name) is not None)
+    def chosen(self) -> tuple[str, Any]:
+        return next((name, getattr(self, name)) for name in type(self).model_fields if getattr(self, name) is not None)
 
 
 # -- sources ---------------------------------------------------------------------------------
 
 
 class SqlTableSourceModel(dg.Model):
-    """A SQL table read through SQLAlchemy, by id or time ranges (`SqlTableSource`)."""
+    """A SQL table read through SQLAlchemy, by id or time ranges (`SqlTableSource`);
+    `order_by`: the column ordering a key's rows (an append-only change log)."""
 
     url: str
     table: str
@@ -101,9 +115,12 @@ class SqlTableSourceModel(dg.Model):
     time_column: str | None = None
     columns: list[str] | None = None
     db_schema: str | None = None
+    order_by: str | None = None
     rows_per_slice: int | None = None
+    slices: int | None = None
+    fetch_size: int | None = None
 
-    def build(self, context: dg.ComponentLoadContext) -> SqlTableSource:
+    def build(self, context: dg.ComponentLoadContext, key: Key) -> SqlTableSource:
         return SqlTableSource(**given_fields(self))
 
 
@@ -116,31 +133,50 @@ class FolderSourceModel(ColumnsOrSchema):
     partition_column: str | None = None
     partition_format: str | None = None
     time_column: str | None = None
+    order_by: str | None = None
     options: dict[str, str] | None = None
 
-    def build(self, context: dg.ComponentLoadContext) -> FolderSource:
+    def build(self, context: dg.ComponentLoadContext, key: Key) -> FolderSource:
         kwargs = given_fields(self, exclude={"columns", "struct_type"})
         if self.columns is not None or self.struct_type is not None:
-            kwargs["schema"] = self.build_schema(context, f"folder source {self.root}")
+            kwargs["schema"] = self.build_schema(context, key)
         return FolderSource(**kwargs)
 
 
 class KafkaSourceModel(dg.Model):
-    """Kafka topics (`KafkaSource`; the `kafka` extra). `value_columns`: the JSON values'
-    columns (`name: Spark type`), else the raw value."""
+    """Kafka topics (`KafkaSource`; the `kafka` extra). `value_columns` (`name: Spark type`)
+    or `value_struct_type` (an import path): the columns of the JSON values, their
+    `message_key` the column(s) a message's key holds (a tombstone's key); without either,
+    the raw value. `tombstones: false` skips messages without a value; `order_by`: a
+    value column ordering a key's messages across partitions."""
 
     bootstrap_servers: str
     topics: list[str]
     consumer_config: dict[str, str] | None = None
     value_columns: Columns | None = None
+    value_struct_type: str | None = None
+    message_key: str | list[str] | None = None
+    tombstones: bool | None = None
+    order_by: str | None = None
     max_messages_per_partition: int | None = None
     timeout_s: float | None = None
 
-    def build(self, context: dg.ComponentLoadContext) -> KafkaSource:
-        kwargs = given_fields(self, exclude={"value_columns"})
-        if self.value_columns is not None:
-            kwargs["value_schema"] = schema_of_columns(self.value_columns)
-        return KafkaSource(**kwargs)
+    def build(self, context: dg.ComponentLoadContext, key: Key) -> KafkaSource:
+        kwargs = given_fields(self, exclude={"value_columns", "value_struct_type"})
+        with declared_at(context, key):
+            if self.value_columns is not None and self.value_struct_type is not None:
+                raise ValueError("give value_columns or value_struct_type, not both")
+            if self.value_columns is not None:
+                try:
+                    kwargs["value_schema"] = schema_of_columns(self.value_columns)
+                except ColumnTypeError as exc:
+                    raise ComponentDeclarationError(
+                        f"{where(context, [*key, 'value_columns', exc.column])}: {exc}"
+                    ) from exc
+        if self.value_struct_type is not None:
+            kwargs["value_schema"] = import_struct_type(context, self.value_struct_type, [*key, "value_struct_type"])
+        with declared_at(context, key):
+            return KafkaSource(**kwargs)
 
 
 class SourceModel(_OneOf):
@@ -150,8 +186,9 @@ class SourceModel(_OneOf):
     folder: FolderSourceModel | None = None
     kafka: KafkaSourceModel | None = None
 
-    def build(self, context: dg.ComponentLoadContext) -> Any:
-        return self.chosen().build(context)
+    def build(self, context: dg.ComponentLoadContext, key: Key) -> Any:
+        name, model = self.chosen()
+        return model.build(context, [*key, name])
 
 
 # -- planners --------------------------------------------------------------------------------
@@ -171,9 +208,10 @@ class TimeWindowPlannerModel(dg.Model):
         try:
             start, period = _DATETIME.validate_python(self.start), _TIMEDELTA.validate_python(self.period)
         except ValidationError as exc:
-            raise ValueError(f"time_window: {_first_error(exc)}") from exc
+            error = exc.errors()[0]
+            raise ValueError(f"{error['input']!r}: {error['msg']}") from None
         if period <= timedelta(0):
-            raise ValueError(f"time_window: period {self.period!r} is not a positive duration")
+            raise ValueError(f"period {self.period!r} is not a positive duration")
         return TimeWindowPlanner(start, period, **given_fields(self, exclude={"start", "period"}))
 
 
@@ -218,8 +256,13 @@ class PlannerModel(_OneOf):
     kafka_offsets: KafkaOffsetPlannerModel | None = None
     upstream: UpstreamPlannerModel | None = None
 
-    def build(self) -> Any:
-        return self.chosen().build()
+    def build(self, context: dg.ComponentLoadContext, key: Key) -> Any:
+        name, model = self.chosen()
+        with declared_at(context, [*key, name]):
+            return model.build()
+
+
+# -- tables ----------------------------------------------------------------------------------
 
 
 class TargetModel(ColumnsOrSchema):
@@ -230,80 +273,31 @@ class TargetModel(ColumnsOrSchema):
     primary_key: list[str]
 
 
-# -- nested attributes -----------------------------------------------------------------------
+class OutModel(ColumnsOrSchema):
+    """One output of an incremental multi-asset (`IncrementalOut`): its table's primary
+    key and columns, its asset key (default: the output's name, `/` between the parts of a
+    prefixed one), description and metadata."""
 
-M = TypeVar("M", bound=dg.Model)
-
-
-def parsed(model: type[M], field: str) -> dg.Resolver:
-    """Resolve a nested attribute (`source:`, `planner:`, ...) by rendering its templates
-    and validating it as `model`, whose mistakes are said in one line naming the key
-    (`source.sql_table: unknown key 'id_colum' (keys: url, table, ...)`). Dagster's own
-    resolution would accept a template string for every nested object, and so report a
-    misspelt key among the failures of each alternative."""
-
-    def resolve(context: dg.ResolutionContext, value: Any) -> M | None:
-        if value is None:
-            return None
-        try:
-            return model.model_validate(context.resolve_value(value))
-        except ValidationError as exc:
-            # An unknown key first: a misspelt key is also the required one said missing.
-            errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
-            raise ValueError("; ".join(_error_text(model, field, error) for error in errors)) from None
-
-    return dg.Resolver(resolve, model_field_type=dict | None, description=inspect.getdoc(model))
+    primary_key: list[str]
+    key: str | None = None
+    description: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
-def _error_text(model: type[dg.Model], field: str, error: Mapping[str, Any]) -> str:
-    path = [str(part) for part in error["loc"]]
-    where = ".".join([field, *path[:-1]]) if path else field
-    if error["type"] == "extra_forbidden":
-        keys = ", ".join(_model_at(model, path[:-1]).model_fields)
-        return f"{where}: unknown key {path[-1]!r} (keys: {keys})"
-    if error["type"] == "missing":
-        return f"{where}: missing key {path[-1]!r}"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{'.'.join([field, *path])}: {message}"
+class OffsetChecksModel(dg.Model):
+    """The `offset_age` and `offset_backlog` checks (`build_offset_checks`)."""
+
+    warn_after_s: float | None = None
+    error_after_s: float | None = None
+    max_backlog_versions: int | None = None
+    error_backlog_versions: int | None = None
+    error_backlog_age_s: float | None = None
 
 
-def _model_at(model: type[dg.Model], path: Sequence[str]) -> type[dg.Model]:
-    """The nested model `path` leads to from `model` (Optional fields unwrapped)."""
-    for name in path:
-        annotation = model.model_fields[name].annotation
-        model = next(arg for arg in (typing.get_args(annotation) or (annotation,))
-                     if isinstance(arg, type) and issubclass(arg, dg.Model))
-    return model
-
-
-# -- import paths ----------------------------------------------------------------------------
-
-
-def import_object(context: dg.ComponentLoadContext, path: str) -> Any:
-    """The object at `module.attribute`; a path starting with `.` is relative to the
-    component's folder in the defs module (as `type: .MyComponent` is)."""
-    module_name, _, attribute = context.normalize_component_type_str(path).rpartition(".")
-    if not module_name:
-        raise dg.DagsterInvalidDefinitionError(f"{path!r} is not an import path (module.attribute)")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise dg.DagsterInvalidDefinitionError(f"cannot import {path!r}: {exc}") from exc
-
-
-def import_function(context: dg.ComponentLoadContext, path: str) -> Callable[..., Any]:
-    function = import_object(context, path)
-    if not callable(function):
-        raise dg.DagsterInvalidDefinitionError(f"{path!r} is not a function")
-    return function
+OnFailedKeys = Literal["raise", "warn"]
 
 
 def given_fields(model: dg.Model, include: set[str] | None = None, exclude: Sequence[str] = ()) -> dict[str, Any]:
     """The fields set in the YAML (defaults left to the class they build)."""
     values = model.model_dump(exclude_unset=True, exclude=set(exclude))
     return {name: value for name, value in values.items() if include is None or name in include}
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    return f"{error['input']!r}: {error['msg']}"

@@ -17,6 +17,13 @@ table written outside Dagster) carrying `dagster/column_schema`. An input whose 
 are not declared is checked for its name only; its columns are checked when a run builds
 the transformation.
 
+The resources are checked too: every key an asset, an asset check, a sensor or a
+schedule needs must be among the definitions' resources. Dagster's own
+`Definitions.validate_loadable` checks the assets' and checks' (every incremental and
+ingestion asset needs `offset_store` as well as `incremental_engine`, so a project
+without the control plane its checks, sensors and command line read is refused there
+too), but a sensor's or a schedule's only at its first tick, in the daemon.
+
 A run checks its own asset again at its start, still before any Spark session
 (`run_start_problems`), so definitions built without `validate_definitions` get the same
 words there, and an input that names neither an asset nor a table in the delta catalog
@@ -42,13 +49,22 @@ from offset_assets.dagster_adapter.asset_spec import (
 # Asset key -> the names of its table's columns, or None when it declares none.
 DeclaredColumns = Mapping[dg.AssetKey, Sequence[str] | None]
 
+# What Dagster provides when the definitions do not: a pickling IO manager.
+_DAGSTER_DEFAULT_RESOURCES = frozenset({"io_manager"})
+_RESOURCE_HINTS = {
+    "offset_store": "; pass the engine's control plane: resources={'offset_store': engine.offset_store, ...}",
+    "incremental_engine": "; pass resources={'incremental_engine': IncrementalEngineResource(offset_store=..., "
+                          "spark=...), ...}",
+}
+
 
 def validate_definitions(defs: dg.Definitions) -> dg.Definitions:
     """Refuse `defs` when an incremental asset names an input that is no asset of it, or
-    a transform key or join key that is not a column of its input: one line per mistake
-    (`dg.DagsterInvalidDefinitionError`). Returns `defs` unchanged otherwise. No Spark,
-    no control plane: only what the definitions declare."""
-    problems = definitions_problems(defs.assets or [])
+    a transform key or join key that is not a column of its input, or when a resource
+    something needs is missing: one line per mistake (`dg.DagsterInvalidDefinitionError`).
+    Returns `defs` unchanged otherwise. No Spark, no control plane: only what the
+    definitions declare."""
+    problems = [*definitions_problems(defs.assets or []), *resource_problems(defs)]
     if problems:
         raise dg.DagsterInvalidDefinitionError("\n".join(problems))
     return defs
@@ -70,6 +86,38 @@ def definitions_problems(assets: Iterable[Any]) -> list[str]:
                 seen.add(asset.transformation_id)  # a multi-asset's outputs share their inputs
                 problems += asset_problems(asset, declared)
     return problems
+
+
+def resource_problems(defs: dg.Definitions) -> list[str]:
+    """The resource keys something in `defs` needs and `defs` does not provide, one line
+    per key naming what needs it (Dagster provides `io_manager` itself)."""
+    provided = {*(defs.resources or {}), *_DAGSTER_DEFAULT_RESOURCES}
+    needed: dict[str, list[str]] = {}
+    for what, needs in _resource_needs(defs):
+        for key in sorted(needs - provided):
+            needed.setdefault(key, []).append(what)
+    problems = []
+    for key, needers in needed.items():
+        named = [*needers[:3], f"{len(needers) - 3} more"] if len(needers) > 4 else needers
+        shown = " and ".join([", ".join(named[:-1]), named[-1]]) if len(named) > 1 else named[0]
+        problems.append(f"resource {key!r} is needed by {shown}; these definitions provide none "
+                        f"(they provide {sorted(defs.resources or {})}){_RESOURCE_HINTS.get(key, '')}")
+    return problems
+
+
+def _resource_needs(defs: dg.Definitions) -> Iterable[tuple[str, set[str]]]:
+    """(what, the resource keys it needs) for every asset, check, sensor and schedule."""
+    for item in defs.assets or []:
+        if isinstance(item, dg.AssetsDefinition) and item.is_executable:
+            keys = ", ".join(repr(key.to_user_string()) for key in item.keys)
+            yield f"asset {keys}" if len(item.keys) == 1 else f"assets {keys}", set(item.required_resource_keys)
+    for check in defs.asset_checks or []:
+        names = ", ".join(repr(key.to_user_string()) for key in check.check_keys)
+        yield f"asset check {names}", set(check.required_resource_keys)
+    for sensor in defs.sensors or []:
+        yield f"sensor {sensor.name!r}", set(getattr(sensor, "required_resource_keys", set()))
+    for schedule in defs.schedules or []:
+        yield f"schedule {schedule.name!r}", set(getattr(schedule, "required_resource_keys", set()))
 
 
 def declared_columns(assets: Iterable[Any]) -> dict[dg.AssetKey, Sequence[str] | None]:

@@ -55,6 +55,7 @@ from offset_assets.dagster_adapter.asset_spec import (
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.ingestion_invocation import QUARANTINE_CHECK
+from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.partitions import time_window_partitions
 from offset_assets.ranges.ingestion import IngestionJob, OnMalformed
 from offset_assets.ranges.planners import TimeWindowPlanner
@@ -92,7 +93,8 @@ def ingestion_asset(
     asset's table, and list this one in their `deps` for lineage. Other keyword
     arguments (group_name, description, owners, tags, deps, retry_policy, ...) go to
     `dg.asset`. The body runs on the `IncrementalEngineResource` under the resource key
-    `incremental_engine`.
+    `incremental_engine`; the asset also needs the `OffsetStore` under `offset_store`,
+    which its sensor reads.
 
     `end_offset` (time windows only): how many windows past the last closed one are
     partitions. The default 1 lists the current window, so that what arrived today can
@@ -139,8 +141,11 @@ def ingestion_asset(
         check_specs=check_specs or None,
         **asset_kwargs,
     )
-    def _ingest(context: dg.AssetExecutionContext,
-                incremental_engine: IncrementalEngineResource) -> Iterator[dg.MaterializeResult]:
+    # `offset_store` is not used here: the asset's sensor or schedule and the command line
+    # read the control plane through it, so asking for it refuses definitions without it
+    # when they load (`Definitions.validate_loadable`), not at a sensor's first tick.
+    def _ingest(context: dg.AssetExecutionContext, incremental_engine: IncrementalEngineResource,
+                offset_store: OffsetStore) -> Iterator[dg.MaterializeResult]:
         yield from incremental_engine.ingestion_invocation(context, job).stream()
 
     _JOBS_BY_OP[_ingest.op] = job

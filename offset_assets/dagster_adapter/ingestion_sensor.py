@@ -9,7 +9,9 @@ it adds the due ranges' partitions to the Dagster instance and returns their key
 # No `from __future__ import annotations`: Dagster inspects the decorated functions'
 # annotations (the context type) at definition time, so they must not be strings.
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -172,16 +174,70 @@ def _state_stamp(job: IngestionJob, plane: ControlPlane) -> str:
     return datetime.fromtimestamp(spec.created_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
+class IngestedRange(str):
+    """A range `ingest_due_ranges` ingested: its partition key (this string itself, so a
+    caller that took the keys, compared them or printed them, sees the keys it saw
+    before) and what its run did, as its materialization reported it.
+
+    `rows_read`: the records read from the source (malformed ones included);
+    `rows_upserted`, `rows_deleted`, `rows_unchanged`: what became of the keys written;
+    `keys_written`: keys given a state; `superseded_in_range`: rows that gave their key no
+    state (a later row of the key won); `rows_quarantined`: malformed records set aside;
+    `delta_num`, `quarantine_delta_num`: the deltas committed (None: none); `job_id`,
+    `attempt`: its job_log row; `run_id`: the Dagster run."""
+
+    partition_key: str
+    run_id: str
+    job_id: int
+    attempt: int
+    rows_read: int
+    rows_upserted: int
+    rows_deleted: int
+    rows_unchanged: int
+    rows_quarantined: int
+    keys_written: int
+    superseded_in_range: int
+    delta_num: int | None
+    quarantine_delta_num: int | None
+
+    def __new__(cls, partition_key: str, run_id: str, metadata: Mapping[str, Any]) -> "IngestedRange":
+        ingested = super().__new__(cls, partition_key)
+        values = {name: value.value if isinstance(value, dg.MetadataValue) else value
+                  for name, value in metadata.items()}
+        ingested.partition_key = partition_key
+        ingested.run_id = run_id
+        for name in _COUNTS:
+            setattr(ingested, name, int(values.get(name, 0)))
+        for name in ("delta_num", "quarantine_delta_num"):
+            setattr(ingested, name, values.get(name))
+        return ingested
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _restored_range, (str(self), dict(vars(self)))
+
+
+def _restored_range(partition_key: str, fields: dict[str, Any]) -> IngestedRange:
+    """An `IngestedRange` as it was pickled or copied."""
+    ingested = str.__new__(IngestedRange, partition_key)
+    ingested.__dict__.update(fields)
+    return ingested
+
+
+_COUNTS = ("job_id", "attempt", "rows_read", "rows_upserted", "rows_deleted", "rows_unchanged",
+           "rows_quarantined", "keys_written", "superseded_in_range")
+
+
 def ingest_due_ranges(defs: dg.Definitions, asset: str | dg.AssetKey,
-                      instance: dg.DagsterInstance) -> list[str]:
+                      instance: dg.DagsterInstance) -> list[IngestedRange]:
     """Ingest every due range of the ingestion asset `asset`, one after the other, as its
     sensor and the daemon would: what a script, a notebook or a test does without the
     daemon (a first load, a catch-up). Each round plans the due ranges
     (`plan_range_partitions`: job_log and the source, adding the partitions the instance
     lacks) and materializes the first, so a failed range is retried first and a range's
-    end is read when it runs. Returns the partition keys ingested, in order; a failed
-    range raises (it is logged FAILURE and retried by the next call). The control plane
-    is the one of the Definitions' `offset_store` resource."""
+    end is read when it runs. Returns the ranges ingested, in order, each its partition
+    key with what its run did (`IngestedRange`: rows read, upserted, quarantined, ...); a
+    failed range raises (it is logged FAILURE and retried by the next call). The control
+    plane is the one of the Definitions' `offset_store` resource."""
     assets_def = defs.get_assets_def(asset)
     job = ingestion_job_of(assets_def)
     if job is None:
@@ -190,11 +246,12 @@ def ingest_due_ranges(defs: dg.Definitions, asset: str | dg.AssetKey,
     if not isinstance(offset_store, OffsetStore):
         raise dg.DagsterInvalidDefinitionError("the Definitions have no OffsetStore under the key offset_store")
     plane = offset_store.control_plane()
-    ingested: list[str] = []
+    ingested: list[IngestedRange] = []
     # A window still open stays due after its run (it is ingested whole once closed): once
     # it comes round again, what is due now has been ingested.
     while (keys := plan_range_partitions(job, assets_def.partitions_def, plane, instance)) \
             and keys[0] not in ingested:
-        dg.materialize([assets_def], partition_key=keys[0], instance=instance, resources=defs.resources)
-        ingested.append(keys[0])
+        result = dg.materialize([assets_def], partition_key=keys[0], instance=instance, resources=defs.resources)
+        [materialization] = result.asset_materializations_for_node(assets_def.node_def.name)
+        ingested.append(IngestedRange(keys[0], result.run_id, materialization.metadata))
     return ingested

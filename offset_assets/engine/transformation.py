@@ -121,6 +121,9 @@ class Transformation:
                 raise TransformationDefinitionError(
                     f"transformation {tid!r}: output {out.name!r} lacks transform key column(s) {missing}"
                 )
+            narrow = narrow_primary_key(self.transform_keys, out.primary_key)
+            if narrow:
+                raise TransformationDefinitionError(f"transformation {tid!r}: output {out.name!r}: {narrow}")
             if out.name in names:
                 raise TransformationDefinitionError(
                     f"transformation {tid!r}: table {out.name!r} is both an input and an output"
@@ -148,6 +151,27 @@ class Transformation:
     @property
     def meta_table_name(self) -> str:
         return meta_table_name(self.transformation_id)
+
+
+def narrow_primary_key(transform_keys: Sequence[str], primary_key: Sequence[str]) -> str | None:
+    """Why an output keyed by `primary_key` cannot hold the output of `transform_keys`, or None.
+
+    A run replaces the output rows of each key it processes, and a write holds one state
+    per primary key (`outputs.py`). A primary key made of transform-key columns only, but
+    not of all of them, gives the rows of two transform keys that differ in the others one
+    key: two states of one row in one write, refused on every run (or, in two batches, one
+    key's row overwriting the other's). A primary key holding every transform key, or a
+    column beyond them (a row id, which also tells the transform key owning the row), is
+    accepted."""
+    pk, keys = set(primary_key), set(transform_keys)
+    if not pk or not pk < keys:
+        return None
+    others = ", ".join(repr(k) for k in transform_keys if k not in pk)
+    return (f"primary_key {list(primary_key)} is narrower than transform_keys {list(transform_keys)}: the rows "
+            f"of transform keys that differ only in {others} would share a primary key (two states of one row "
+            f"in one write); a run replaces each processed key's output rows, so an output's primary key must "
+            f"tell which transform key a row belongs to: declare primary_key {list(transform_keys)} (or one "
+            f"with a column that tells it)")
 
 
 def meta_table_name(transformation_id: str) -> str:

@@ -189,9 +189,16 @@ def conform(
     if missing_keys:
         raise SchemaMismatchError(table, f"missing primary-key column(s) {missing_keys}")
     missing = [c for c in schema.fieldNames() if c not in given and c not in columns_allowed_missing]
+    extra = [c for c in given if c not in schema.fieldNames() and c != SYS_OP and c not in keep]
+    # Both at once are usually one column under another name: say both.
+    if missing and extra:
+        raise SchemaMismatchError(
+            table,
+            f"missing column(s) {missing} and unknown column(s) {extra}; the table has {schema.fieldNames()} "
+            "(+ optional sys_op)",
+        )
     if missing:
         raise SchemaMismatchError(table, f"missing column(s) {missing}")
-    extra = [c for c in given if c not in schema.fieldNames() and c != SYS_OP and c not in keep]
     if extra:
         raise SchemaMismatchError(
             table,

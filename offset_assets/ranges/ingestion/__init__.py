@@ -32,12 +32,16 @@ What a range's rows become (`rows.py`, `writes.py`):
 - a row with `sys_op` 1 deletes its key (a Kafka tombstone);
 - a record whose values do not fit (`SourceBatch.malformed`) fails the range naming it
   (`on_malformed="fail"`), or goes with its raw value and the reason to the job's
-  quarantine table (`"quarantine"`), committed in the range's transaction.
+  quarantine table (`"quarantine"`), committed in the range's transaction; a range whose
+  share of such records passes `max_malformed_share` fails all the same (a wrong
+  declaration would otherwise set everything aside and log SUCCESS).
 """
 
 from __future__ import annotations
 
 from offset_assets.ranges.ingestion.job import (
+    DEFAULT_MAX_MALFORMED_SHARE,
+    MALFORMED_SHARE_MIN_RECORDS,
     QUARANTINE_KEY,
     QUARANTINE_SCHEMA,
     IngestionJob,
@@ -49,5 +53,6 @@ from offset_assets.ranges.ingestion.job import (
 )
 from offset_assets.ranges.ingestion.run import RangeIngestion, RangeResult
 
-__all__ = ["QUARANTINE_KEY", "QUARANTINE_SCHEMA", "IngestionJob", "OnMalformed", "RangeIngestion", "RangeResult",
-           "TargetTable", "is_open_window", "plan_inputs", "plan_ranges"]
+__all__ = ["DEFAULT_MAX_MALFORMED_SHARE", "MALFORMED_SHARE_MIN_RECORDS", "QUARANTINE_KEY", "QUARANTINE_SCHEMA",
+           "IngestionJob", "OnMalformed", "RangeIngestion", "RangeResult", "TargetTable", "is_open_window",
+           "plan_inputs", "plan_ranges"]

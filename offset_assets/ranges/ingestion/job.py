@@ -43,6 +43,16 @@ QUARANTINE_SCHEMA = StructType([
 ])
 
 
+# A job that quarantines fails a range instead when more than this share of its records do
+# not fit: a declaration that is wrong (a column declared bigint over values like 12.34) sets
+# everything aside, and a range that committed nothing but its quarantine would look like
+# success. A source sending half its records malformed is worth a stop as well.
+DEFAULT_MAX_MALFORMED_SHARE = 0.5
+# A range of fewer records is not judged by its share: one malformed message alone in a
+# quiet topic's range would otherwise stop the job at a record that is merely bad.
+MALFORMED_SHARE_MIN_RECORDS = 10
+
+
 class OnMalformed(StrEnum):
     """What a range does with a record whose values do not fit their declared type: fail
     (naming it: nothing is committed, and the range is retried as it is once the source or
@@ -75,7 +85,9 @@ class IngestionJob:
 
     `on_malformed` (`OnMalformed`): a record whose values do not fit fails the range
     (`"fail"`), or goes to `quarantine_table` (default `<target>__quarantine`,
-    `QUARANTINE_SCHEMA`) in the range's commit (`"quarantine"`).
+    `QUARANTINE_SCHEMA`) in the range's commit (`"quarantine"`). A range of at least
+    `MALFORMED_SHARE_MIN_RECORDS` records more than `max_malformed_share` of which do not
+    fit fails even so, naming the first: that many points at the declaration (None: never).
     """
 
     name: str
@@ -88,6 +100,7 @@ class IngestionJob:
     claim_policy: ClaimPolicy = field(default_factory=ClaimPolicy)
     on_malformed: OnMalformed | str = OnMalformed.FAIL
     quarantine_table: str | None = None
+    max_malformed_share: float | None = DEFAULT_MAX_MALFORMED_SHARE
 
     def __post_init__(self) -> None:
         # Refused here, before any range is claimed or any table registered.
@@ -100,6 +113,11 @@ class IngestionJob:
                                 f"{[str(p) for p in OnMalformed]}, got {self.on_malformed!r}") from None
         if self.on_malformed == OnMalformed.QUARANTINE:
             validate_table_name(self.quarantine_name)
+        share = self.max_malformed_share
+        if share is not None and (isinstance(share, bool) or not isinstance(share, int | float)
+                                  or not 0 <= share <= 1):
+            raise PlanningError(f"job {self.name!r}: max_malformed_share must be a share between 0 and 1 "
+                                f"(or None: never fail a range for its share), got {share!r}")
 
     @property
     def quarantine_name(self) -> str:

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from offset_assets.ranges.errors import IngestionError, MalformedValueError
-from offset_assets.ranges.ingestion.job import IngestionJob, OnMalformed
+from offset_assets.ranges.ingestion.job import MALFORMED_SHARE_MIN_RECORDS, IngestionJob, OnMalformed
 from offset_assets.ranges.planners import DataRange
 from offset_assets.ranges.sources.batch import MALFORMED, SourceBatch
 from offset_assets.versioned.layout import SYS_OP
@@ -47,19 +47,40 @@ def read_batch(spark: SparkSession, job: IngestionJob, data_range: DataRange) ->
 def split_malformed(job: IngestionJob, batch: SourceBatch) -> tuple[DataFrame, DataFrame | None]:
     """The range's records whose values fit, and those that do not (`MALFORMED`'s
     fields) when the job quarantines them. A job that does not fails here, naming the
-    first such record (by source key); a range without any costs no Spark job."""
+    first such record (by source key), and so does one that quarantines when too many
+    do not fit (`malformed_share_problem`); a range without any costs no Spark job."""
     if batch.malformed is None:
         return batch.df, None
     records = batch.df.drop(MALFORMED)
     if not batch.malformed:
         return records, None
     marked = batch.df.where(f"{MALFORMED} IS NOT NULL")
+
+    def first() -> str:
+        (reason,) = marked.selectExpr(f"min_by({MALFORMED}.reason, {MALFORMED}.source_key)").first()
+        return reason
+
     if job.on_malformed == OnMalformed.FAIL:
-        (first,) = marked.selectExpr(f"min_by({MALFORMED}.reason, {MALFORMED}.source_key)").first()
         raise MalformedValueError(
-            f"{first} ({batch.malformed} malformed record(s) in the range; on_malformed='quarantine' "
+            f"{first()} ({batch.malformed} malformed record(s) in the range; on_malformed='quarantine' "
             f"would set them aside in {job.quarantine_name!r})")
+    total = batch.row_count if batch.row_count is not None else batch.df.count()
+    if malformed_share_exceeded(job, batch.malformed, total):
+        raise MalformedValueError(
+            f"{batch.malformed} of {total} record(s) of the range do not fit their declared types "
+            f"({batch.malformed / total:.0%}, more than max_malformed_share {job.max_malformed_share:g}), so "
+            f"the declaration is more likely wrong than the records; the first: {first()}. Nothing is set aside "
+            "or committed, and the range is retried as it is: fix the declared type (or the source), or raise "
+            "max_malformed_share to quarantine them")
     return batch.df.where(f"{MALFORMED} IS NULL").drop(MALFORMED), marked.select(f"{MALFORMED}.*")
+
+
+def malformed_share_exceeded(job: IngestionJob, malformed: int, total: int) -> bool:
+    """Whether a range of `total` records, `malformed` of which do not fit, holds too many
+    to set them aside: at least `MALFORMED_SHARE_MIN_RECORDS` records, more than the job's
+    `max_malformed_share` of them malformed."""
+    limit = job.max_malformed_share
+    return limit is not None and total >= MALFORMED_SHARE_MIN_RECORDS and malformed > limit * total
 
 
 def shape_rows(spark: SparkSession, job: IngestionJob, batch: SourceBatch, records: DataFrame) -> ShapedRows:
@@ -86,6 +107,13 @@ def shape_rows(spark: SparkSession, job: IngestionJob, batch: SourceBatch, recor
         if absent:
             raise IngestionError(f"job {job.name!r}: the source orders a key's rows by column(s) {absent}, "
                                  f"which its rows lack (they have {sorted(given)})")
+        lacking = [c for c in target.schema.fieldNames() if c not in given]
+        if lacking:
+            others = [c for c in given if c not in target.schema.fieldNames() and c != SYS_OP]
+            raise IngestionError(
+                f"job {job.name!r}: the source's rows lack the target's column(s) {lacking}; the columns they "
+                f"have beside the target's are {others}: declare the target's columns as the source names them, "
+                "or give the job a transform that renames them")
         wanted = list(dict.fromkeys(c for c in [*target.schema.fieldNames(), SYS_OP,
                                                 *(order.columns if order else [])] if c in given))
         missing = [c for c in target.primary_key if c not in batch.deletes_keyed_by]

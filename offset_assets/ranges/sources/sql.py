@@ -158,7 +158,9 @@ class SqlTableSource:
     def _time_bound(self, column: sa.Column, text: str) -> Any:
         moment = parse_time(text)
         if isinstance(column.type, sa.DateTime):
-            return moment
+            # Windows are UTC. A column of instants (PostgreSQL's timestamptz) is compared
+            # with an instant: a naive bound would be read in the session's TimeZone.
+            return moment.replace(tzinfo=UTC) if column.type.timezone else moment
         if isinstance(column.type, sa.Date):
             # A day is in [start, end) when its midnight is: compared as a date, since
             # SQLite compares a date's text with a timestamp's as strings ('2022-01-01' <

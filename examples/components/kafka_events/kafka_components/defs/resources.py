@@ -11,8 +11,11 @@ def resources() -> dg.Definitions:
     offset_store = OffsetStore()
     engine = IncrementalEngineResource(offset_store=offset_store, spark=SparkSessionResource())
     return dg.Definitions(
-        resources={"offset_store": offset_store, "incremental_engine": engine,
-                   "io_manager": OffsetIOManager(engine=engine)},
+        resources={
+            "offset_store": offset_store,
+            "incremental_engine": engine,
+            "io_manager": OffsetIOManager(engine=engine),
+        },
         # One Spark driver in the run's process, shared by its steps.
         executor=dg.in_process_executor,
     )
