@@ -132,6 +132,8 @@ class TransformationRun:
             selected = select_keys(self.t, self.meta, self.state.request, self.state.by_input, self.request.keys,
                                    self.engine.pushdown_limit, self.engine.driver_keys_limit)
         self._keys = selected.keys
+        self._writer = OutputWriter(self.t, self.holder, self.run_id, self._reads, self.meta, self.result,
+                                    selected.keys)
         self._loader = InputLoader(self.t, self.state.snapshot.deltas, selected.deltas_read,
                                    selected.keys.marked_by if isinstance(selected.keys, LocalKeys) else {},
                                    self._reads)
@@ -165,7 +167,6 @@ class TransformationRun:
         self.result.requested = self.request.mode
         for name, rows in state.output_rows.items():
             self._count_rows(name, rows)
-        self._writer = OutputWriter(t, self.holder, self.run_id, self._reads, self.meta, self.result)
 
     def _mode(self, state: RunState) -> RunMode:
         """A full run fulfilling a reprocess (a backfill's, or a pending request it works
@@ -251,7 +252,7 @@ class TransformationRun:
         try:
             with self._profiler.phase("output_write"):
                 outputs = self._writer.evaluate(produced, self._persist)
-                hots = self._writer.write(self._batch(batch), outputs, shuffled, last=batch == self.batches[-1])
+                hots = self._writer.write(batch, outputs, shuffled, last=batch == self.batches[-1])
         except Exception as exc:  # noqa: BLE001 - errors of the user's function surface here
             self.record_failure(batch, exc)
             return False
@@ -310,6 +311,8 @@ class TransformationRun:
         if self._finished:
             raise TransformationOutputError(f"run {self.run_id} of {self.t.transformation_id!r} already finished")
         if self.t.commit_mode == CommitMode.end:
+            with self._profiler.phase("output_write"):
+                self._writer.write_departures()
             self._commit(list(self._writer.hots.values()), self._meta_pending, None, final=True)
         else:
             self._commit([], [], None, final=True)

@@ -185,17 +185,26 @@ class HotDelta:
         self.files.append_versions(versions, rows)
         return self._add(WriteStats(rows, 0, 0))
 
-    def savepoint(self) -> tuple[int, int, WriteStats]:
+    def savepoint(self) -> tuple[int, int, WriteStats, bool]:
         """A point to return to with `restore`: the writes made so far."""
-        return *self.files.savepoint(), self.written
+        return *self.files.savepoint(), self.written, self._last_written
 
-    def restore(self, point: tuple[int, int, WriteStats]) -> None:
+    def restore(self, point: tuple[int, int, WriteStats, bool]) -> None:
         """Undo the writes made since `point` (their folders are deleted): a caller whose
-        related write into another table failed keeps this delta usable without them."""
+        related write into another table failed keeps this delta usable without them (a
+        write undone that said it was the last no longer closes the delta)."""
         self._check_open("restore")
-        versions, unchanged, stats = point
+        versions, unchanged, stats, last_written = point
         self.files.restore((versions, unchanged))
         self.written = stats
+        self._last_written = last_written
+
+    def keys_written(self) -> DataFrame | None:
+        """The primary keys the writes into this delta gave a state so far (a version or an
+        unchanged row), None before the first: a caller writing in several steps asks which
+        keys an earlier step already holds."""
+        prior = self.files.prior_states()
+        return None if prior is None else prior.select(*[f"`{c}`" for c in self.table.primary_key])
 
     def delete(self, keys_df: DataFrame) -> WriteStats:
         """Delete the keys in `keys_df` (primary-key columns only): tombstones at commit."""
