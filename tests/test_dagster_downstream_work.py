@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import DataFrame
 
-from bench.posts_world import ENRICHED, STATS, count_posts, enrich
+from bench.posts_world import ENRICHED, POSTS, STATS, count_posts, enrich, rows_of
 from offset_assets.cli import main
 from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.reprocess import ReprocessRequests
@@ -154,3 +154,40 @@ def test_the_job_the_shell_runs_for_a_selection_runs_a_reprocess_request_below_a
     assert stats["reset_reason"] == upstream["downstream_work"].removeprefix("- user_post_stats: ")
     assert stats["offsets_reset"] == {"enriched_posts": iso_utc(offsets["enriched_posts"])}
     assert events(ran, "ASSET_MATERIALIZATION", "post_report") == []
+
+
+def split_and_gathered() -> list[dg.AssetsDefinition]:
+    """posts -> even_posts, odd_posts (each the posts of its parity of post_id) -> all_posts
+    (a fan-in of both): a change to an odd post is processed by even_posts too, which
+    keeps none of it."""
+    def even_posts(posts: DataFrame) -> DataFrame:
+        return posts.where("post_id % 2 = 0")
+
+    def odd_posts(posts: DataFrame) -> DataFrame:
+        return posts.where("post_id % 2 = 1")
+
+    def all_posts(even_posts: DataFrame, odd_posts: DataFrame) -> DataFrame:
+        return even_posts.unionByName(odd_posts)
+
+    return [incremental_asset(transform_keys=["post_id"], primary_key=["post_id"], schema=POSTS)(fn)
+            for fn in (even_posts, odd_posts, all_posts)]
+
+
+def test_a_fan_in_runs_when_one_of_its_upstream_assets_processed_keys_but_changed_no_row(
+        world, resources):
+    """Dagster skips a step downstream of an output that was not yielded. even_posts
+    processes the edited odd post 11 and changes no row: it is materialized all the same,
+    because all_posts, downstream of it, has odd_posts' commit to read in this run."""
+    assets = split_and_gathered()
+    assert dg.materialize(assets, resources=resources).success
+    world.write_posts([(11, 1, "b, edited")])
+
+    ran = dg.materialize(assets, resources=resources)
+
+    assert ran.success and skipped_steps(ran) == []
+    [even] = events(ran, "ASSET_MATERIALIZATION", "even_posts")
+    assert (even["processed_keys"], even["rows_written.even_posts"], even["rows_deleted.even_posts"]) == (1, 0, 0)
+    assert even["downstream_work"] == "- all_posts: input commits beyond its offsets"
+    [gathered] = events(ran, "ASSET_MATERIALIZATION", "all_posts")
+    assert (gathered["processed_keys"], gathered["rows_written.all_posts"]) == (1, 1)
+    assert rows_of(resources["incremental_engine"].read_table("all_posts")) == rows_of(world.posts.read_actual())

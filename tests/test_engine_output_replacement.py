@@ -87,6 +87,7 @@ def test_incremental_runs_equal_a_full_recompute_with_every_key_joined(spark, ke
     ExactnessMachine.durations = []
     ExactnessMachine.workdir = keys_joined_workdir
     ExactnessMachine.driver_keys_limit = None
+    ExactnessMachine.first_target = 2  # posts moving between the batches of a run, joined
     machine = seed(20261127)(lambda: KeysJoinedMachine())
     run_state_machine_as_test(machine, settings=SHARD_SETTINGS)
 
