@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from functools import reduce
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegerType, StructType
@@ -46,14 +47,17 @@ from offset_assets.engine.loading import KeyValues, Persist, RunReads, matching_
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.transformation import Transformation
 from offset_assets.engine.vocabulary import CommitMode
+from offset_assets.local_frames import collect_arrow
 from offset_assets.versioned.caching import storage_level
+from offset_assets.versioned.held_files import held_schema
+from offset_assets.versioned.held_writes import HeldReplacement
 from offset_assets.versioned.hot_delta import SMALL_WRITE_ROWS, HotDelta
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
 from offset_assets.versioned.local_joins import flag_matches, unmatched_in_place
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.table_schema import column_types, is_safe_cast
-from offset_assets.versioned.writes import Refusal, Replacement
+from offset_assets.versioned.writes import Refusal, Replacement, WriteStats
 
 # Columns the run adds to an output while writing it (never stored).
 STRAY, IN_BATCH = "__outside_batch", "__in_batch"
@@ -63,11 +67,14 @@ class OutputWriter:
     """Writes a run's outputs, batch by batch, into hot deltas named by `holder`.
 
     `key_table`: a table with the transform-key columns (the meta), which types a batch's
-    keys held by the driver as a relation; `keys`: the run's keys, in batches; `hots`:
-    end mode's open hot deltas, one per output, committed (or rolled back) with the run."""
+    keys held by the driver as a relation; `keys`: the run's keys, in batches;
+    `held_limit`: the most rows (written, and committed before) of an output the driver
+    classifies and writes itself (0: none); `hots`: end mode's open hot deltas, one per
+    output, committed (or rolled back) with the run."""
 
     def __init__(self, t: Transformation, holder: str, run_id: str, reads: RunReads,
-                 key_table: VersionedTable, result: RunResult, keys: LocalKeys | DistributedKeys) -> None:
+                 key_table: VersionedTable, result: RunResult, keys: LocalKeys | DistributedKeys,
+                 held_limit: int = 0) -> None:
         self.t = t
         self.holder = holder
         self.run_id = run_id
@@ -75,6 +82,7 @@ class OutputWriter:
         self.key_table = key_table
         self.result = result
         self.keys = keys
+        self.held_limit = held_limit
         self.hots: dict[str, HotDelta] = {}
         # End mode, per output keyed apart from the transform keys: the batches written
         # whose earlier rows that no key yields any more are deleted by a later write.
@@ -219,6 +227,10 @@ class OutputWriter:
                                  column_types=written_types(table))
             batches = [*self._departures.get(table.name, []), batch]
             return self._write_keyed_apart(hot, table, new, batches, shuffled, refusal)
+        if self._held(hot, table, keys):
+            written = self._write_held(hot, table, new, keys, refusal, last)
+            if written is not None:
+                return written
         # A batch of keys held by the driver writes about as many rows: a plan hint
         # (`HotDelta.write`'s `rows`), never a count; the write then runs in one pass, in
         # one partition when small.
@@ -234,6 +246,30 @@ class OutputWriter:
         rows = self._flag_stray_rows(new, keys, in_one_partition=small).withColumn("sys_op", F.lit(0))
         return hot.write(rows, refusal=refusal, last=last, large=shuffled, rows=size_hint,
                          replacing=Replacement(select), column_types=written_types(table))
+
+    def _held(self, hot: HotDelta, table: VersionedTable, keys: KeyValues | DataFrame) -> bool:
+        """Whether the driver classifies and writes a replacing write of `keys`: keys it
+        collected, a table of types it writes, and few committed versions to read."""
+        if self.held_limit <= 0 or not isinstance(keys, KeyValues) or not keys.typed:
+            return False
+        if not held_schema(table.schema, table.primary_key):
+            return False
+        committed = hot.committed_versions()
+        return committed is not None and committed <= self.held_limit
+
+    def _write_held(self, hot: HotDelta, table: VersionedTable, new: DataFrame, keys: KeyValues,
+                    refusal: Refusal, last: bool) -> WriteStats | None:
+        """The replacing write of the batch's `keys` by the driver (`HotDelta.write_held`):
+        the function's output collected as Arrow, the rows of transform keys the batch did
+        not process flagged in Python. None when the output holds more rows than the
+        driver writes (the caller writes it with Spark)."""
+        rows = collect_arrow(new, table.schema, self.held_limit)
+        if rows is None:
+            return None
+        processed = frozenset(keys.rows)
+        found = zip(*(rows[c].to_pylist() for c in keys.columns), strict=True)
+        rows = rows.append_column(STRAY, pa.array([key not in processed for key in found], pa.bool_()))
+        return hot.write_held(rows, refusal=refusal, last=last, replacing=HeldReplacement(keys.columns, processed))
 
     def _write_keyed_apart(self, hot: HotDelta, table: VersionedTable, new: DataFrame | None,
                            batches: list[int], shuffled: bool, refusal: Refusal | None) -> Any:
