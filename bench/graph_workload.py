@@ -73,7 +73,7 @@ from offset_assets.dagster_adapter.ingestion_sensor import plan_range_partitions
 from offset_assets.ranges.ingestion import IngestionJob, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
-from offset_assets.spark import get_spark_session
+from offset_assets.spark import get_spark_session, is_connect_session
 from offset_assets.spark_jobs import count_spark_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,10 +245,14 @@ def step_times(instance: dg.DagsterInstance, run_id: str) -> dict[str, float]:
     return took
 
 
-def engine_figures(result: dg.ExecuteInProcessResult) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Per asset, the engine's seconds (`duration_s`), and the engine's phases summed over
-    the assets (driver seconds and Spark jobs), from what each step reported."""
+def engine_figures(
+    result: dg.ExecuteInProcessResult,
+) -> tuple[dict[str, float], dict[str, int], dict[str, dict[str, float]]]:
+    """Per asset, the engine's seconds (`duration_s`) and Spark jobs (`profile.spark_jobs`:
+    a local session's, counted), and the engine's phases summed over the assets (driver
+    seconds and Spark jobs), from what each step reported."""
     seconds: dict[str, float] = {}
+    jobs: dict[str, int] = {}
     phases: dict[str, dict[str, float]] = {}
     for event in result.all_events:
         if event.event_type not in (dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_OBSERVATION):
@@ -258,12 +262,14 @@ def engine_figures(result: dg.ExecuteInProcessResult) -> tuple[dict[str, float],
         metadata = record.metadata
         if "duration_s" in metadata:
             seconds[event.step_key] = float(metadata["duration_s"].value)
+        if "profile.spark_jobs" in metadata:
+            jobs[event.step_key] = int(metadata["profile.spark_jobs"].value)
         if "profile" in metadata and event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
             for phase, figures in profile_table(metadata["profile"].value).items():
                 into = phases.setdefault(phase, {"driver_s": 0.0, "spark_jobs": 0.0})
                 into["driver_s"] += figures["driver_s"]
                 into["spark_jobs"] += figures["spark_jobs"] or 0
-    return seconds, {phase: {k: round(v, 2) for k, v in figures.items()} for phase, figures in phases.items()}
+    return seconds, jobs, {phase: {k: round(v, 2) for k, v in figures.items()} for phase, figures in phases.items()}
 
 
 # -- the benchmark ------------------------------------------------------------------------
@@ -322,9 +328,13 @@ class GraphBench:
             started = time.perf_counter()
             result = dg.materialize(assets, selection=selection, resources=self.resources, instance=self.instance)
             wall = time.perf_counter() - started
-        jobs = local_jobs.count if local_jobs is not None else self.server_jobs.last_job() - before
+        jobs = (
+            local_jobs.count
+            if local_jobs is not None
+            else (self.server_jobs.last_job() - before if self.server_jobs is not None else None)
+        )
         steps = step_times(self.instance, result.run_id)
-        engine, phases = engine_figures(result)
+        engine, jobs_by_asset, phases = engine_figures(result)
         count = len(self.transformations)
         steps_s, engine_s = sum(steps.values()), sum(engine.values())
         return {
@@ -332,19 +342,21 @@ class GraphBench:
             "run_s": round(wall, 2),
             "per_asset_s": round(wall / count, 3),
             "spark_jobs": jobs,
-            "jobs_per_asset": round(jobs / count, 2),
+            "jobs_per_asset": None if jobs is None else round(jobs / count, 2),
             "assets_materialized": len(result.get_asset_materialization_events()),
             "steps_s": round(steps_s, 2),
             "engine_s": round(engine_s, 2),
             "dagster_in_steps_s": round(steps_s - engine_s, 2),
             "dagster_outside_steps_s": round(wall - steps_s, 2),
             "control_plane_statements": statements["statements"],
+            "statements_per_asset": round(statements["statements"] / count, 1),
+            "jobs_by_asset": jobs_by_asset,
             "engine_phases": phases,
         }
 
     @contextmanager
     def _jobs_counted(self) -> Iterator[Any]:
-        if self.server_jobs is not None:
+        if self.server_jobs is not None or is_connect_session(self.spark):
             yield None
             return
         with count_spark_jobs(self.spark) as jobs:
@@ -372,9 +384,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def spark_for(kind: str, workdir: Path) -> Iterator[tuple[dict[str, str], ServerJobs | None]]:
+def spark_for(
+    kind: str, workdir: Path, remote: str | None = None, server_ui: str | None = None
+) -> Iterator[tuple[dict[str, str], ServerJobs | None]]:
     """The `LazyPySparkResource` config of one session for the whole benchmark, and how
-    to count a Connect server's jobs."""
+    to count a Connect server's jobs: a local driver, a Connect server started here as
+    `make dev` starts it, or the running one at `remote` (its UI at `server_ui`)."""
+    if remote is not None:
+        get_spark_session(remote=remote)
+        yield {"spark.remote": remote}, ServerJobs(server_ui) if server_ui else None
+        return
     if kind == "local":
         get_spark_session(
             master="local[2]",
@@ -406,8 +425,16 @@ def spark_for(kind: str, workdir: Path) -> Iterator[tuple[dict[str, str], Server
         dev.stop(server)
 
 
-def run(chains: int, depth: int, rows: int, kind: str, workdir: Path) -> dict[str, Any]:
-    with spark_for(kind, workdir) as (spark_config, server_jobs):
+def run(
+    chains: int,
+    depth: int,
+    rows: int,
+    kind: str,
+    workdir: Path,
+    remote: str | None = None,
+    server_ui: str | None = None,
+) -> dict[str, Any]:
+    with spark_for(kind, workdir, remote, server_ui) as (spark_config, server_jobs):
         bench = GraphBench(workdir, chains, depth, rows, spark_config, server_jobs)
         figures = {"first": bench.scenario([])}
         figures["ten_rows"] = bench.scenario(new_ids(rows, chains, one_chain=False))
@@ -430,6 +457,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--spark", choices=("local", "connect"), default="local")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--remote", help="a running Spark Connect server (sc://host:port) instead of starting one")
+    parser.add_argument("--server-ui", help="that server's UI (http://host:port), whose REST API counts its jobs")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     out = Path(
@@ -441,7 +470,7 @@ def main() -> None:
             "commit": git_commit(),
             "command": " ".join([".venv/bin/python -m bench.graph_workload", *sys.argv[1:]]),
             "cpus": os.cpu_count(),
-            **run(args.chains, args.depth, args.rows, args.spark, Path(workdir)),
+            **run(args.chains, args.depth, args.rows, args.spark, Path(workdir), args.remote, args.server_ui),
         }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")

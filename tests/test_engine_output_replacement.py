@@ -66,12 +66,13 @@ def test_a_users_posts_that_moved_or_were_deleted_leave_its_output_and_nothing_e
 
 
 class KeysJoinedMachine(ExactnessMachine):
-    """The generated histories with a pushdown limit of 0: every lookup of the driver's
-    keys is a join (a batch's inputs, its stray-row check, its output's earlier rows)."""
+    """The generated histories with a pushdown limit of 0 and every batch read and written
+    by Spark: every lookup of the driver's keys is a join (a batch's inputs, its stray-row
+    check, its output's earlier rows)."""
 
     def open_world(self) -> None:
         super().open_world()
-        self.engine = IncrementalEngine(self.world.spark, self.plane, pushdown_limit=0)
+        self.engine = IncrementalEngine(self.world.spark, self.plane, pushdown_limit=0, held_rows_limit=0)
 
 
 @pytest.fixture
