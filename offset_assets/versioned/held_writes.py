@@ -205,10 +205,17 @@ def _rows_of(keys: Mapping[tuple, _Key], pk: Sequence[str], incoming: list[dict]
     def rows_of(kind: str, *names: str) -> list[dict]:
         if kind == writes.REFUSED and refusal is not None:
             return [{c: item["row"][c] for c in names} for item in incoming if item["refused"]][:MAX_EXAMPLES]
-        found = [dict(zip(pk, key, strict=True)) for key, entry in keys.items() if entry.kind == kind]
+        found = [{**dict(zip(pk, key, strict=True)), writes.BAD_OP_VALUE: _bad_op(entry)}
+                 for key, entry in keys.items() if entry.kind == kind]
         return [{c: row[c] for c in names} for row in found][:MAX_EXAMPLES]
 
     return rows_of
+
+
+def _bad_op(entry: _Key) -> str | None:
+    """A key's sys_op that is neither 0 nor 1, as `writes.classify` spells it."""
+    bad = [state[-1] for state in entry.states if state[-1] not in (OP_UPSERT, OP_DELETE)]
+    return None if not bad else "null" if bad[0] is None else str(bad[0])
 
 
 # -- storing ---------------------------------------------------------------------------
