@@ -153,8 +153,9 @@ def local_rows(df: DataFrame) -> int | None:
 
 def collect_arrow(df: DataFrame, schema: StructType, limit: int) -> pa.Table | None:
     """The rows of `df` (of `schema`'s columns and types) as an Arrow table of the types
-    Spark gives them (timestamps as instants in UTC), or None when it holds more than
-    `limit` rows (the caller then leaves them to Spark).
+    Spark gives them (timestamps as instants in UTC; every column nullable, so that a
+    NULL the schema does not allow reaches the caller, who refuses it), or None when it
+    holds more than `limit` rows (the caller then leaves them to Spark).
 
     A frame whose plan holds its rows (`local_rows`: local relations through projections
     and filters, which Spark's optimizer folds into one) is collected as rows: a classic
@@ -164,7 +165,7 @@ def collect_arrow(df: DataFrame, schema: StructType, limit: int) -> pa.Table | N
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    target = to_arrow_schema(schema, timezone="UTC")
+    target = pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema, timezone="UTC")])
     held = local_rows(df)
     if held is None or is_connect_session(df.sparkSession):
         rows = (df if held is not None and held <= limit else df.limit(limit + 1)).toArrow()
