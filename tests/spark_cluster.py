@@ -78,7 +78,7 @@ class ServerExitedError(RuntimeError):
 @dataclass
 class ConnectServer:
     """A Spark Connect server (its own driver, `local[2]`) listening on 127.0.0.1, with
-its UI, whose REST API tells the jobs the server ran (a client cannot count them)."""
+    its UI, whose REST API tells the jobs the server ran (a client cannot count them)."""
 
     url: str
     process: subprocess.Popen
