@@ -50,11 +50,30 @@ def test_a_small_change_through_a_graph_costs_at_most_two_spark_jobs_per_asset(s
 
 @pytest.mark.slow
 def test_a_small_change_through_a_graph_over_spark_connect_costs_at_most_two_spark_jobs_per_asset(
-        connect_server, tmp_path):
+    connect_server, tmp_path
+):
     out = tmp_path / "report.json"
-    ran = run_client(["-m", "bench.graph_workload", "--chains", str(CHAINS), "--depth", str(DEPTH),
-                      "--rows", str(ROWS), "--remote", connect_server.url, "--server-ui", connect_server.ui,
-                      "--out", str(out)], connect_server, env={}, timeout=1800)
+    ran = run_client(
+        [
+            "-m",
+            "bench.graph_workload",
+            "--chains",
+            str(CHAINS),
+            "--depth",
+            str(DEPTH),
+            "--rows",
+            str(ROWS),
+            "--remote",
+            connect_server.url,
+            "--server-ui",
+            connect_server.ui,
+            "--out",
+            str(out),
+        ],
+        connect_server,
+        env={},
+        timeout=1800,
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     scenarios = json.loads(out.read_text())["scenarios"]
 

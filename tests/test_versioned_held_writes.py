@@ -42,20 +42,27 @@ from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.table import VersionedTable
 from offset_assets.versioned.writes import Refusal, Replacement
 
-SCHEMA = StructType([
-    StructField("k", LongType(), False),
-    StructField("g", StringType(), True),
-    StructField("v", DoubleType(), True),
-    StructField("n", LongType(), False),
-    StructField("at", TimestampType(), True),
-    StructField("d", DecimalType(10, 2), True),
-])
+SCHEMA = StructType(
+    [
+        StructField("k", LongType(), False),
+        StructField("g", StringType(), True),
+        StructField("v", DoubleType(), True),
+        StructField("n", LongType(), False),
+        StructField("at", TimestampType(), True),
+        StructField("d", DecimalType(10, 2), True),
+    ]
+)
 FLAG = "__refused"
 EXAMPLES = itertools.count()  # each example's tables have names of their own
 # The rows Spark is given: every column nullable, so that a NULL where the table allows
 # none reaches the write (which refuses it), as the driver's rows do.
-WITH_FLAG = StructType([*[StructField(f.name, f.dataType, True) for f in SCHEMA.fields],
-                        StructField("sys_op", LongType(), True), StructField(FLAG, BooleanType(), True)])
+WITH_FLAG = StructType(
+    [
+        *[StructField(f.name, f.dataType, True) for f in SCHEMA.fields],
+        StructField("sys_op", LongType(), True),
+        StructField(FLAG, BooleanType(), True),
+    ]
+)
 AT = datetime.datetime(2024, 3, 31, 1, 30, tzinfo=datetime.UTC)
 
 KEYS = st.integers(min_value=1, max_value=5)
@@ -69,8 +76,10 @@ VALUES = st.tuples(
 ROW = st.tuples(KEYS, VALUES, st.sampled_from([0, 0, 0, 1]), st.just(False))
 ROWS = st.lists(ROW, max_size=5)
 REFUSED_ROW = st.tuples(KEYS, VALUES, st.just(0), st.just(True))
-WRITE = st.tuples(st.one_of(ROWS, st.lists(st.one_of(ROW, REFUSED_ROW), max_size=4)),
-                  st.one_of(st.none(), st.frozensets(KEYS, max_size=3)))
+WRITE = st.tuples(
+    st.one_of(ROWS, st.lists(st.one_of(ROW, REFUSED_ROW), max_size=4)),
+    st.one_of(st.none(), st.frozensets(KEYS, max_size=3)),
+)
 
 
 def rows_with_flag(rows: list[tuple]) -> list[tuple]:
@@ -79,11 +88,15 @@ def rows_with_flag(rows: list[tuple]) -> list[tuple]:
 
 
 def arrow_rows(rows: list[tuple]) -> pa.Table:
-    schema = arrow_schema(SCHEMA, with_system=False).append(pa.field("sys_op", pa.int64())).append(
-        pa.field(FLAG, pa.bool_()))
+    schema = (
+        arrow_schema(SCHEMA, with_system=False)
+        .append(pa.field("sys_op", pa.int64()))
+        .append(pa.field(FLAG, pa.bool_()))
+    )
     columns = list(zip(*rows_with_flag(rows), strict=True)) if rows else [[] for _ in schema]
-    return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, schema, strict=True)],
-                                schema=schema)
+    return pa.Table.from_arrays(
+        [pa.array(list(c), f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 def refusal() -> Refusal:
@@ -106,18 +119,26 @@ def outcome(table: VersionedTable, writes: list, held: bool, base: list[tuple]) 
                 stats = hot.write_held(arrow_rows(rows), refusal=refusal(), last=last, replacing=replacing)
             else:
                 keys = sorted(replaced or ())
-                replacing = None if replaced is None else Replacement(
-                    lambda versions, _, keys=keys: versions.where(in_values("k", keys, LongType())))
-                stats = hot.write(local_frame(spark, rows_with_flag(rows), WITH_FLAG), refusal=refusal(), last=last,
-                                  replacing=replacing)
+                replacing = (
+                    None
+                    if replaced is None
+                    else Replacement(lambda versions, _, keys=keys: versions.where(in_values("k", keys, LongType())))
+                )
+                stats = hot.write(
+                    local_frame(spark, rows_with_flag(rows), WITH_FLAG),
+                    refusal=refusal(),
+                    last=last,
+                    replacing=replacing,
+                )
             happened.append(("written", stats))
         except (VersionedTableError, ValueError) as exc:
             happened.append(refused(exc, table.name))
     hot.commit()
     state = {tuple(_comparable(v) for v in row) for row in table.read_actual().drop("update_ts").collect()}
-    history = {tuple(_comparable(v) for v in row)
-               for row in table.read_started_in(1, 10).unionByName(table.read_finished_in(1, 10))
-               .drop("update_ts").collect()}
+    history = {
+        tuple(_comparable(v) for v in row)
+        for row in table.read_started_in(1, 10).unionByName(table.read_finished_in(1, 10)).drop("update_ts").collect()
+    }
     return {"happened": happened, "state": state, "history": history}
 
 
@@ -128,8 +149,11 @@ def refused(exc: Exception, table: str) -> tuple:
     text = str(exc).replace(f"table {table!r}", "table")
     keys = sorted(set(re.findall(r"\{'k': (\d+)\}", text)))
     example_only = isinstance(exc, ValueError)
-    return type(exc).__name__, re.sub(r"\[?\{'k': \d+\}(, \{'k': \d+\})*\]?", "<keys>", text), \
-        [] if example_only else keys
+    return (
+        type(exc).__name__,
+        re.sub(r"\[?\{'k': \d+\}(, \{'k': \d+\})*\]?", "<keys>", text),
+        [] if example_only else keys,
+    )
 
 
 def _comparable(value: object) -> object:
@@ -143,11 +167,17 @@ def plane(sqlite_url):
 
 
 # No shrinking: a failing example's writes are printed, and shrinking Spark writes takes long.
-@settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck),
-          phases=[Phase.explicit, Phase.generate])
+@settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)
 @given(base=ROWS, writes=st.lists(WRITE, min_size=1, max_size=2))
-def test_a_write_held_by_the_driver_does_what_the_same_write_does_through_spark(spark, plane, tmp_path_factory,
-                                                                                 base, writes):
+def test_a_write_held_by_the_driver_does_what_the_same_write_does_through_spark(
+    spark, plane, tmp_path_factory, base, writes
+):
     warehouse = str(tmp_path_factory.mktemp("held"))
     name = f"t{next(EXAMPLES)}"
     by_spark = VersionedTable(spark, plane, f"{name}_spark", ["k"], SCHEMA, warehouse=warehouse)

@@ -97,8 +97,9 @@ class HeldInputs:
         marked = self.marked_by.get(inp.name, frozenset())
         via_changes = frozenset(k for k in keys.rows if k in marked)
         others = frozenset(keys.rows) - via_changes
-        reads = [_Read([d.data_path for d in deltas], versions_bound(deltas), columns, via_changes)] \
-            if via_changes else []
+        reads = (
+            [_Read([d.data_path for d in deltas], versions_bound(deltas), columns, via_changes)] if via_changes else []
+        )
         return reads + ([self._actual(table, columns, others)] if others else [])
 
     def _actual(self, table: VersionedTable, columns: tuple[str, ...], keys: Sequence[tuple] | frozenset) -> _Read:

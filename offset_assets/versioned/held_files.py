@@ -45,8 +45,17 @@ from offset_assets.versioned.table_schema import file_schema
 
 __all__ = ["arrow_schema", "held_schema", "key_filter", "newest_per_key", "read_versions", "write_versions"]
 
-_ATOMIC = (IntegralType, FractionalType, StringType, BinaryType, BooleanType, DateType, TimestampType,
-           TimestampNTZType, DecimalType)
+_ATOMIC = (
+    IntegralType,
+    FractionalType,
+    StringType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    TimestampType,
+    TimestampNTZType,
+    DecimalType,
+)
 _ROW_INDEX = "__row_index"
 
 
@@ -54,7 +63,8 @@ def held_schema(schema: StructType, primary_key: Sequence[str]) -> bool:
     """Whether a table of `schema` is read and written by the driver: atomic columns only,
     and no floating-point primary-key column."""
     return all(isinstance(f.dataType, _ATOMIC) for f in schema.fields) and not any(
-        isinstance(schema[c].dataType, FractionalType) for c in primary_key)
+        isinstance(schema[c].dataType, FractionalType) for c in primary_key
+    )
 
 
 def arrow_schema(schema: StructType, with_system: bool = True) -> pa.Schema:
@@ -75,8 +85,9 @@ def read_versions(files: WarehouseFiles, schema: StructType, folders: Iterable[s
     return ds.dataset(paths, schema=target, format=parquet, filesystem=_arrow_fs(files, paths[0])).to_table()
 
 
-def write_versions(files: WarehouseFiles, folder: str, versions: pa.Table, schema: StructType,
-                   primary_key: Sequence[str]) -> None:
+def write_versions(
+    files: WarehouseFiles, folder: str, versions: pa.Table, schema: StructType, primary_key: Sequence[str]
+) -> None:
     """`versions` (data columns, sys_op, sys_from) as one Parquet file under `folder`,
     sorted by key as Spark's writes are; a file that fails half-way is deleted with its
     folder."""

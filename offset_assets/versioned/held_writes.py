@@ -61,8 +61,9 @@ class _Key:
     kind: str = writes.UPSERT
 
 
-def write_held(hot: HotDelta, rows: pa.Table, refusal: Refusal | None, keep_unchanged: bool,
-               replacing: HeldReplacement | None) -> WriteStats:
+def write_held(
+    hot: HotDelta, rows: pa.Table, refusal: Refusal | None, keep_unchanged: bool, replacing: HeldReplacement | None
+) -> WriteStats:
     """Classify `rows` (the table's data columns, optional sys_op, and the refusal's flag
     column) against the committed versions and the hot delta's earlier writes, then
     write their versions (and, `keep_unchanged`, their unchanged rows) into `hot`. A
@@ -135,13 +136,15 @@ def _prior_states(hot: HotDelta, pk: Sequence[str], columns: Sequence[str]) -> d
     prior = {}
     for row in read_versions(hot.table.files, hot.table.schema, folders).to_pylist():
         op = row[SYS_OP]
-        prior[tuple(row[c] for c in pk)] = tuple(
-            row[c] if c in pk or op != OP_DELETE else None for c in columns) + (op,)
+        prior[tuple(row[c] for c in pk)] = tuple(row[c] if c in pk or op != OP_DELETE else None for c in columns) + (
+            op,
+        )
     return prior
 
 
-def _candidates(hot: HotDelta, pk: Sequence[str], replacing: HeldReplacement | None,
-                keys: Mapping[tuple, _Key]) -> dict[tuple, dict[str, Any]]:
+def _candidates(
+    hot: HotDelta, pk: Sequence[str], replacing: HeldReplacement | None, keys: Mapping[tuple, _Key]
+) -> dict[tuple, dict[str, Any]]:
     """The newest committed version of each key the write concerns (the replaced keys'
     with `replacing`, else the written keys')."""
     committed = committed_before(hot.table, hot.delta_num)
@@ -202,11 +205,15 @@ def same(a: Any, b: Any) -> bool:
 def _rows_of(keys: Mapping[tuple, _Key], pk: Sequence[str], incoming: list[dict], refusal: Refusal | None):  # noqa: ANN202
     """`write_refusals.RowsOf` over this classification: a refused row's example columns
     are its own values; every other kind names its keys."""
+
     def rows_of(kind: str, *names: str) -> list[dict]:
         if kind == writes.REFUSED and refusal is not None:
             return [{c: item["row"][c] for c in names} for item in incoming if item["refused"]][:MAX_EXAMPLES]
-        found = [{**dict(zip(pk, key, strict=True)), writes.BAD_OP_VALUE: _bad_op(entry)}
-                 for key, entry in keys.items() if entry.kind == kind]
+        found = [
+            {**dict(zip(pk, key, strict=True)), writes.BAD_OP_VALUE: _bad_op(entry)}
+            for key, entry in keys.items()
+            if entry.kind == kind
+        ]
         return [{c: row[c] for c in names} for row in found][:MAX_EXAMPLES]
 
     return rows_of
@@ -221,8 +228,14 @@ def _bad_op(entry: _Key) -> str | None:
 # -- storing ---------------------------------------------------------------------------
 
 
-def _store(hot: HotDelta, keys: Mapping[tuple, _Key], counts: Mapping[str, int], pk: Sequence[str],
-           columns: Sequence[str], keep_unchanged: bool) -> WriteStats:
+def _store(
+    hot: HotDelta,
+    keys: Mapping[tuple, _Key],
+    counts: Mapping[str, int],
+    pk: Sequence[str],
+    columns: Sequence[str],
+    keep_unchanged: bool,
+) -> WriteStats:
     """Write the versions (upserts as given, tombstones with the deleted version's data)
     and, `keep_unchanged`, the unchanged rows, each as one file; the stats of the write."""
     table = hot.table
@@ -246,6 +259,10 @@ def _store(hot: HotDelta, keys: Mapping[tuple, _Key], counts: Mapping[str, int],
         hot.files.discard(versions_at, unchanged_at)
         raise
     hot.files.kept(versions_at if versions else None, unchanged_at if unchanged else None)
-    return WriteStats(counts[writes.UPSERT], counts[writes.DELETE], counts[writes.UNCHANGED],
-                      counts[writes.INSERTED], counts[writes.SUPERSEDED])
-
+    return WriteStats(
+        counts[writes.UPSERT],
+        counts[writes.DELETE],
+        counts[writes.UNCHANGED],
+        counts[writes.INSERTED],
+        counts[writes.SUPERSEDED],
+    )
