@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,7 +34,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from offset_assets.spark_internals import local_relation_rows
+from offset_assets.spark_internals import is_connect_session, local_relation_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -146,3 +149,36 @@ def local_rows(df: DataFrame) -> int | None:
     (and where this PySpark's plan cannot be read: `spark_internals.local_relation_rows`),
     so that the caller counts."""
     return local_relation_rows(df)
+
+
+def collect_arrow(df: DataFrame, schema: StructType, limit: int) -> pa.Table | None:
+    """The rows of `df` (of `schema`'s columns and types) as an Arrow table of the types
+    Spark gives them (timestamps as instants in UTC; every column nullable, so that a
+    NULL the schema does not allow reaches the caller, who refuses it), or None when it
+    holds more than `limit` rows (the caller then leaves them to Spark).
+
+    A frame whose plan holds its rows (`local_rows`: local relations through projections
+    and filters, which Spark's optimizer folds into one) is collected as rows: a classic
+    session returns those without a Spark job, where `toArrow` always starts one. Any
+    other plan, and every plan over Spark Connect (whose server answers a folded local
+    relation without a job either way), is collected with `toArrow`."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema, timezone="UTC")])
+    held = local_rows(df)
+    if held is None or is_connect_session(df.sparkSession):
+        rows = (df if held is not None and held <= limit else df.limit(limit + 1)).toArrow()
+        return None if rows.num_rows > limit else rows.select(schema.names).cast(target)
+    if held > limit:
+        return None
+    rows = collect_instants(df.select(*[F.col(f"`{c}`") for c in schema.names]), schema.names,
+                            timestamp_columns({f.name: f.dataType for f in schema.fields}))
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema.fields]
+    return pa.Table.from_arrays([pa.array([_arrow_value(v) for v in values], field.type)
+                                 for values, field in zip(columns, target, strict=True)], schema=target)
+
+
+def _arrow_value(value: Any) -> Any:
+    """A collected value as Arrow takes it: a binary column is collected as bytearray."""
+    return bytes(value) if isinstance(value, bytearray) else value

@@ -83,8 +83,9 @@ def _cause(error: str) -> str:
 
 def engine_story(spark: SparkSession, db_url: str, warehouse: str, marker: str | None = None) -> dict[str, Any]:
     """A relative warehouse refused first; then the first run, a round of changes
-    (insert, update, delete, a profile rename), the second run: what each run processed
-    and the final outputs, row for row."""
+    (insert, update, delete, a profile rename), the second run: what each run processed,
+    the phases of the second run of `enrich_posts` that started Spark jobs (None where
+    they are not counted, over Spark Connect), and the final outputs, row for row."""
     refused = relative_warehouse(spark, db_url)
     world = make_world(spark, connect(db_url), warehouse)
     engine = IncrementalEngine(spark, world.posts.plane)
@@ -94,11 +95,15 @@ def engine_story(spark: SparkSession, db_url: str, warehouse: str, marker: str |
     first = [first_run.processed_keys, engine.run_full(world.stats_transformation()).processed_keys]
     world.write_posts([(16, 1, "new"), (11, 1, "b2")], deletes=[13])
     world.write_profiles([(3, "cyrus")])
-    second = [engine.run_full(world.enriched_transformation()).processed_keys,
-              engine.run_full(world.stats_transformation()).processed_keys]
+    second_enriched = engine.run_full(world.enriched_transformation())
+    second = [second_enriched.processed_keys, engine.run_full(world.stats_transformation()).processed_keys]
+    profile = second_enriched.profile
+    jobs_by_phase = {phase.name: phase.jobs for phase in profile.phases if phase.jobs} \
+        if profile.jobs_counted else None
     third = engine.run_full(world.enriched_transformation()).processed_keys
     return {
         "processed": {"first": first, "second": second, "third": third},
+        "second_jobs_by_phase": jobs_by_phase,
         "first_errors": [_cause(error) for error in first_run.errors],
         "enriched": sorted_rows(world.enriched.read_actual()),
         "stats": sorted_rows(world.stats.read_actual()),

@@ -17,6 +17,7 @@ able to carry on.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -76,7 +77,8 @@ class ServerExitedError(RuntimeError):
 
 @dataclass
 class ConnectServer:
-    """A Spark Connect server (its own driver, `local[2]`) listening on 127.0.0.1."""
+    """A Spark Connect server (its own driver, `local[2]`) listening on 127.0.0.1, with
+    its UI, whose REST API tells the jobs the server ran (a client cannot count them)."""
 
     url: str
     process: subprocess.Popen
@@ -124,7 +126,8 @@ class ConnectServer:
                 "--conf", "spark.driver.host=127.0.0.1",
                 "--conf", "spark.sql.shuffle.partitions=2",
                 "--conf", "spark.sql.adaptive.enabled=false",
-                "--conf", "spark.ui.enabled=false",
+                "--conf", f"spark.ui.port={free_port()}",
+                "--conf", "spark.ui.showConsoleProgress=false",
                 "--conf", "spark.sql.session.timeZone=UTC"]
         log = workdir / ("connect.log" if attempt == 1 else f"connect-{attempt}.log")
         return cls(f"sc://127.0.0.1:{port}", launch(args, log, env), workdir, log)
@@ -141,6 +144,14 @@ class ConnectServer:
                 return
             time.sleep(0.5)
         raise TimeoutError(f"Spark Connect server not serving {self.url} in {START_TIMEOUT_S} s; its log {self.log}")
+
+    @property
+    def ui(self) -> str:
+        """The server's UI, on the port it bound (the one asked for when it was free)."""
+        found = re.search(r"Bound SparkUI to .*started at https?://[^:/]+:(\d+)", self.log_text())
+        if found is None:
+            raise RuntimeError(f"the Connect server's log names no UI: {self.log}")
+        return f"http://127.0.0.1:{found.group(1)}"
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")

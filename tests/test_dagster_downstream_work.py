@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import DataFrame
 
-from bench.posts_world import ENRICHED, STATS, count_posts, enrich
+from bench.posts_world import ENRICHED, POSTS, PROFILES, STATS, count_posts, enrich, rows_of
 from offset_assets.cli import main
 from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.reprocess import ReprocessRequests
@@ -154,3 +154,56 @@ def test_the_job_the_shell_runs_for_a_selection_runs_a_reprocess_request_below_a
     assert stats["reset_reason"] == upstream["downstream_work"].removeprefix("- user_post_stats: ")
     assert stats["offsets_reset"] == {"enriched_posts": iso_utc(offsets["enriched_posts"])}
     assert events(ran, "ASSET_MATERIALIZATION", "post_report") == []
+
+
+def split_and_gathered() -> list[dg.AssetsDefinition]:
+    """posts -> even_posts, odd_posts (each the posts of its parity of post_id), profiles ->
+    authors; all_posts gathers the two halves and joins their authors (a fan-in of three
+    branches). A change to an odd post is processed by even_posts too, which keeps none of
+    it; authors has nothing to do."""
+    def even_posts(posts: DataFrame) -> DataFrame:
+        return posts.where("post_id % 2 = 0")
+
+    def odd_posts(posts: DataFrame) -> DataFrame:
+        return posts.where("post_id % 2 = 1")
+
+    def authors(profiles: DataFrame) -> DataFrame:
+        return profiles
+
+    def all_posts(even_posts: DataFrame, odd_posts: DataFrame, authors: DataFrame) -> DataFrame:
+        return enrich(even_posts.unionByName(odd_posts), authors)
+
+    halves = [incremental_asset(transform_keys=["post_id"], primary_key=["post_id"], schema=POSTS)(fn)
+              for fn in (even_posts, odd_posts)]
+    names = incremental_asset(transform_keys=["id"], primary_key=["id"], schema=PROFILES)(authors)
+    gathered = incremental_asset(transform_keys=["post_id"], primary_key=["post_id"], schema=ENRICHED,
+                                 join_keys={"authors": {"user_id": "id"}})(all_posts)
+    return [*halves, names, gathered]
+
+
+def test_a_fan_in_runs_when_one_branch_changed_whatever_its_other_branches_did(world, resources):
+    """Dagster skips a step downstream of an output that was not yielded. even_posts
+    processes the edited odd post 11 and changes no row, authors has nothing to do: both
+    are materialized all the same (authors without Spark), because all_posts, downstream of
+    them, gets odd_posts' commit in this run, whatever order the steps run in."""
+    assets = split_and_gathered()
+    assert dg.materialize(assets, resources=resources).success
+    world.write_posts([(11, 1, "b, edited")])
+
+    ran = dg.materialize(assets, resources=resources)
+
+    assert ran.success and skipped_steps(ran) == []
+    [even] = events(ran, "ASSET_MATERIALIZATION", "even_posts")
+    assert (even["processed_keys"], even["rows_written.even_posts"], even["rows_deleted.even_posts"]) == (1, 0, 0)
+    [idle] = events(ran, "ASSET_MATERIALIZATION", "authors")
+    assert idle["changed_keys"] == 0 and "profile" not in idle
+    for waiting in (even["downstream_work"], idle["downstream_work"]):
+        assert waiting in ("- all_posts: input commits beyond its offsets",
+                           "- all_posts: odd_posts upstream of it has work in this run"), waiting
+    [gathered] = events(ran, "ASSET_MATERIALIZATION", "all_posts")
+    assert (gathered["processed_keys"], gathered["rows_written.all_posts"]) == (1, 1)
+    assert rows_of(resources["incremental_engine"].read_table("all_posts")) == world.expected_enriched()
+
+    # Nothing waits any more: every branch is idle and the fan-in is skipped, without Spark.
+    quiet = dg.materialize(assets, resources=resources)
+    assert quiet.success and sorted(skipped_steps(quiet)) == ["all_posts"]

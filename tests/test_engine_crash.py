@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.sigkill
 @pytest.mark.parametrize(
     ("point", "committed_before_kill"),
-    [("in_function", 2), ("before_commit", 0), ("inside_commit", 0)],
+    [("in_function", 2), ("in_output_file", 0), ("in_meta_file", 0), ("before_commit", 0), ("inside_commit", 0)],
 )
 def test_run_killed_at_any_point_is_completed_by_the_next_run(spark, sqlite_url, warehouse, point,
                                                                 committed_before_kill):

@@ -7,6 +7,20 @@ setting) and on (`spark.sql.adaptive.enabled=true`, Spark's default). A small ru
 adaptive execution off (`evaluation.py`), so under "on" the engine makes no run small
 (`small_run_rows_limit=0`): the budgets on are those of runs beyond that limit:
 
+A batch whose keys the driver holds and whose reads (and output) the catalog bounds
+within `held_rows_limit` is read, classified and written by the driver with pyarrow
+(`engine/held_inputs.py`, `versioned/held_writes.py`): its only Spark jobs are the
+changed index and the function's own (a copy's output, local relations folded by Spark's
+optimizer, is collected without one; a join is computed by Spark):
+
+| run, read and written by the driver | adaptive off | adaptive on |
+|---|---|---|
+| one input, end commit, one batch, no failed key | 1 | 1 |
+| the same with more keys than the pushdown limit | 1 | 1 |
+| with a reference input (reverse and filtered join) | at most 4 | at most 5 |
+
+Read and written by Spark (`held_rows_limit=0`, or tables the catalog does not bound so):
+
 | run | adaptive off | adaptive on |
 |---|---|---|
 | nothing to do | 0 | 0 |
@@ -68,8 +82,11 @@ from offset_assets.versioned.table import VersionedTable
 from tests.spark_plans import recorded_plans
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
-# Budgets per adaptive setting (see the module docstring).
+# Budgets per adaptive setting (see the module docstring): read and written by Spark, and
+# by the driver.
 BUDGETS = {"off": {"copy": 4, "reference": 7}, "on": {"copy": 5, "reference": 8}}
+HELD_BUDGETS = {"off": {"copy": 1, "reference": 4}, "on": {"copy": 1, "reference": 5}}
+BY_SPARK = {"held_rows_limit": 0}
 
 
 @pytest.fixture(params=[pytest.param("off", marks=pytest.mark.quick), "on"],
@@ -132,44 +149,66 @@ def test_a_complete_v1_run_settles_its_snapshot_so_the_next_idle_run_starts_no_s
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
 
 
-def test_an_incremental_copy_run_costs_at_most_4_spark_jobs_5_under_adaptive_execution(spark, sqlite_url, warehouse,
-                                                                                      adaptive):
+def copy_changed(spark, sqlite_url, warehouse, adaptive, **settings):
+    """A copy of 200 rows run once, then 10 of them updated and 10 new: (engine, copy,
+    its input and output)."""
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(local_frame(spark, [(str(i), i) for i in range(200)], SRC))
-    engine = engine_for(adaptive, spark, plane)
+    engine = engine_for(adaptive, spark, plane, **settings)
     engine.run_full(copy)
     src.write_delta(local_frame(spark, [(str(i), i * 10) for i in range(190, 210)], SRC))
+    return engine, copy, src, dst
+
+
+@pytest.mark.parametrize("held", [pytest.param(True, marks=pytest.mark.quick), False],
+                         ids=["by-the-driver", "by-spark"])
+def test_an_incremental_copy_run_costs_one_spark_job_by_the_driver_at_most_4_by_spark(
+        spark, sqlite_url, warehouse, adaptive, held):
+    """By the driver, the changed index is the run's one job: the 20 rows read with
+    pyarrow, the copy's output (their local relation) collected without a job, classified
+    and written with pyarrow, and its meta too. By Spark: at most 4 (5 under adaptive
+    execution)."""
+    engine, copy, src, dst = copy_changed(spark, sqlite_url, warehouse, adaptive, **({} if held else BY_SPARK))
 
     with count_spark_jobs(spark) as jobs:
         result = engine.run_full(copy)
 
-    assert jobs.count <= BUDGETS[adaptive]["copy"], jobs.describe()
+    budgets = HELD_BUDGETS if held else BUDGETS
+    assert jobs.count <= budgets[adaptive]["copy"], jobs.describe()
+    if held:
+        assert {phase.name: phase.jobs for phase in result.profile.phases if phase.jobs} == {"changed_index": 1}
     assert result.changed_keys == 20 and result.processed_keys == 20
     assert result.rows_read == {"src": 20}
+    assert (result.rows_written, result.rows_deleted) == ({"dst": 20}, {"dst": 0})
     assert rows_of(dst.read_actual()) == rows_of(src.read_actual())
 
 
-def enriched_posts_processed_once(spark, db_url, warehouse, posts: int, adaptive: str = "off"):
+def enriched_posts_processed_once(spark, db_url, warehouse, posts: int, adaptive: str = "off", **settings):
     """Posts 1..`posts` of users 1-3 (user p % 3 + 1) and their profiles, enriched once."""
     world = make_world(spark, connect(db_url), warehouse)
     world.write_profiles([(1, "ann"), (2, "bob"), (3, "cyd")])
     world.write_posts([(p, p % 3 + 1, f"t{p}") for p in range(1, posts + 1)])
-    engine = engine_for(adaptive, spark, world.posts.plane)
+    engine = engine_for(adaptive, spark, world.posts.plane, **settings)
     t = world.enriched_transformation()
     engine.run_full(t)
     return world, engine, t
 
 
-def test_an_incremental_run_with_a_reference_input_costs_at_most_7_spark_jobs(spark, sqlite_url, warehouse,
-                                                                              adaptive):
-    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39, adaptive=adaptive)
+@pytest.mark.parametrize("held", [True, False], ids=["by-the-driver", "by-spark"])
+def test_an_incremental_run_with_a_reference_input_costs_at_most_4_spark_jobs_by_the_driver_7_by_spark(
+        spark, sqlite_url, warehouse, adaptive, held):
+    """By the driver: the changed reference values and the changed index (one job each),
+    then the function's join of the rows the driver read (Spark's broadcast of the
+    profiles, and the collect of its output); nothing else."""
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39, adaptive=adaptive,
+                                                     **({} if held else BY_SPARK))
     world.write_posts([(5, 2, "edited")])
     world.write_profiles([(3, "cyd-renamed")])
 
     with count_spark_jobs(spark) as jobs:
         result = engine.run_full(t)
 
-    assert jobs.count <= BUDGETS[adaptive]["reference"], jobs.describe()
+    assert jobs.count <= (HELD_BUDGETS if held else BUDGETS)[adaptive]["reference"], jobs.describe()
     # post 5 changed; posts of user 3 (p % 3 == 2) re-triggered through the reverse join.
     assert result.changed_keys == 1 + len([p for p in range(1, 40) if p % 3 == 2 and p != 5])
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
@@ -186,7 +225,7 @@ def test_a_small_run_under_adaptive_execution_runs_without_it_within_the_budget_
     with count_spark_jobs(spark) as jobs, recorded_plans(spark) as plans:
         engine.run_full(t)
 
-    assert jobs.count <= BUDGETS["off"]["reference"], jobs.describe()
+    assert jobs.count <= HELD_BUDGETS["off"]["reference"], jobs.describe()
     assert plans.plans and plans.with_operator("AdaptiveSparkPlan") == [], plans.describe()
     assert spark.conf.get(ADAPTIVE) == "true"
     assert rows_of(world.enriched.read_actual()) == world.expected_enriched()
@@ -197,8 +236,10 @@ def test_a_reference_run_over_compacted_inputs_costs_no_more_jobs_and_plans_no_a
     """Both inputs compacted, then changed: every actual read merges a snapshot and the
     deltas after it. The catalog bounds each read within the driver limit, so the newest
     version of each key is ranked in one partition; no anti-join drops the snapshot's
-    replaced rows (it would broadcast them: a job of its own under adaptive execution)."""
-    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39, adaptive=adaptive)
+    replaced rows (it would broadcast them: a job of its own under adaptive execution).
+    Read by Spark: by the driver, no Spark read is planned."""
+    world, engine, t = enriched_posts_processed_once(spark, sqlite_url, warehouse, posts=39, adaptive=adaptive,
+                                                     **BY_SPARK)
     compact(world.posts)
     compact(world.profiles)
     world.write_posts([(5, 2, "edited"), (6, 1, "moved")])
@@ -370,12 +411,15 @@ def rows_from(spark, first: int, count: int, version: int):
         F.format_string("k%06d", "id").alias("id"), (F.col("id") * 10 + version).alias("v"))
 
 
-def test_a_run_of_more_keys_than_the_pushdown_limit_costs_4_spark_jobs_5_under_adaptive_execution(
-        spark, sqlite_url, warehouse, adaptive):
+@pytest.mark.parametrize("held", [True, False], ids=["by-the-driver", "by-spark"])
+def test_a_run_of_more_keys_than_the_pushdown_limit_costs_1_spark_job_by_the_driver_4_by_spark(
+        spark, sqlite_url, warehouse, adaptive, held):
     """3,000 changed keys (1,500 new, 1,500 updated or deleted all over the table) of a
-    30,000-row copy: more than the engine pushes down as an IN filter (2,000), so the keys are
-    joined, in one partition with the relation of the driver's keys (no broadcast, no
-    exchange). Per phase, off / on:
+    30,000-row copy. By the driver: the changed index, and nothing else (the keys' rows
+    read from the two deltas, the output's 30,000 committed versions read, classified
+    against and written with pyarrow). By Spark: more keys than the engine pushes down as an
+    IN filter (2,000), so the keys are joined, in one partition with the relation of the
+    driver's keys (no broadcast, no exchange). Per phase, off / on:
 
     - changed_index 1 / 1: the two deltas' keys, collected;
     - input_reads 1 / 2: the keys' newest versions in those deltas, counted (under
@@ -388,7 +432,7 @@ def test_a_run_of_more_keys_than_the_pushdown_limit_costs_4_spark_jobs_5_under_a
     - commit 1 / 1: the meta's new versions written."""
     plane, src, dst, copy = copy_world(spark, sqlite_url, warehouse)
     src.write_delta(rows_from(spark, 0, 30_000, 0))
-    engine = engine_for(adaptive, spark, plane)
+    engine = engine_for(adaptive, spark, plane, **({} if held else BY_SPARK))
     engine.run_full(copy)
     src.write_delta(rows_from(spark, 30_000, 1_500, 1))
     src.write_delta(spark.range(0, 1_500).select(F.format_string("k%06d", F.col("id") * 20).alias("id"),
@@ -400,7 +444,8 @@ def test_a_run_of_more_keys_than_the_pushdown_limit_costs_4_spark_jobs_5_under_a
 
     assert result.processed_keys == 3_000 > engine.pushdown_limit
     jobs_by_phase = {phase.name: phase.jobs for phase in result.profile.phases if phase.jobs}
-    expected = {"changed_index": 1, "input_reads": 1 if adaptive == "off" else 2, "output_write": 1, "commit": 1}
+    expected = {"changed_index": 1} if held else {
+        "changed_index": 1, "input_reads": 1 if adaptive == "off" else 2, "output_write": 1, "commit": 1}
     assert jobs_by_phase == expected, jobs.describe()
     assert jobs.count == sum(expected.values())
     assert (result.rows_written, result.rows_deleted) == ({"dst": 2_850}, {"dst": 150})

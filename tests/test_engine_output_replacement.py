@@ -67,12 +67,13 @@ def test_a_users_posts_that_moved_or_were_deleted_leave_its_output_and_nothing_e
 
 
 class KeysJoinedMachine(ExactnessMachine):
-    """The generated histories with a pushdown limit of 0: every lookup of the driver's
-    keys is a join (a batch's inputs, its stray-row check, its output's earlier rows)."""
+    """The generated histories with a pushdown limit of 0 and every batch read and written
+    by Spark: every lookup of the driver's keys is a join (a batch's inputs, its stray-row
+    check, its output's earlier rows)."""
 
     def open_world(self) -> None:
         super().open_world()
-        self.engine = IncrementalEngine(self.world.spark, self.plane, pushdown_limit=0)
+        self.engine = IncrementalEngine(self.world.spark, self.plane, pushdown_limit=0, held_rows_limit=0)
 
 
 @pytest.fixture
@@ -88,6 +89,7 @@ def test_incremental_runs_equal_a_full_recompute_with_every_key_joined(spark, ke
     ExactnessMachine.durations = []
     ExactnessMachine.workdir = keys_joined_workdir
     ExactnessMachine.driver_keys_limit = None
+    ExactnessMachine.first_target = 2  # posts moving between the batches of a run, joined
     machine = seed(20261127)(lambda: KeysJoinedMachine())
     run_state_machine_as_test(machine, settings=SHARD_SETTINGS)
 
@@ -108,3 +110,79 @@ def test_an_output_keyed_by_fewer_columns_than_the_transform_keys_is_refused_whe
         "share a primary key (two states of one row in one write); a run replaces each processed key's output "
         "rows, so an output's primary key must tell which transform key a row belongs to: declare primary_key "
         "['user_id', 'post_id'] (or one with a column that tells it)")
+
+
+# Keyed by post: a row moves from one user (transform key) to another.
+POSTS_OF_USERS = StructType([
+    StructField("user_id", LongType(), True),
+    StructField("post_id", LongType(), False),
+    StructField("text", StringType(), True),
+])
+
+
+def posts_of_users(posts: DataFrame) -> DataFrame:
+    return posts.select("user_id", "post_id", "text")
+
+
+MOVE_ENGINES = {"keys-in-filter": {}, "keys-joined": {"pushdown_limit": 0},
+                "keys-distributed": {"driver_keys_limit": 1}}
+
+
+def posts_of_users_world(spark, sqlite_url, warehouse, func=posts_of_users):
+    """Posts listed with their user (transform key user_id, a user per batch, one commit
+    at the end), the output keyed by post: a post that changes user moves between
+    batches of one run."""
+    world = make_world(spark, connect(sqlite_url), warehouse)
+    output = VersionedTable(spark, world.posts.plane, "posts_of_users", ["post_id"], POSTS_OF_USERS,
+                            warehouse=warehouse)
+    t = Transformation("posts_of_users", [TransformInput(world.posts)], ["user_id"], [output],
+                       func=func, batch_size=1)
+    return world, output, t
+
+
+@pytest.mark.parametrize("limits", list(MOVE_ENGINES.values()), ids=list(MOVE_ENGINES))
+def test_rows_moving_between_the_batches_of_one_end_commit_run_are_committed_by_that_run(
+        spark, sqlite_url, warehouse, limits):
+    """Post 1 leaves user 1 (batch 1) for user 2 (batch 2); post 3 leaves user 2 (batch 2)
+    for user 1 (batch 1). The run commits both moves: each post keeps one row, under its
+    new user, and no batch fails."""
+    world, output, t = posts_of_users_world(spark, sqlite_url, warehouse)
+    engine = IncrementalEngine(spark, world.posts.plane, **limits)
+    world.write_posts([(1, 1, "p1"), (2, 1, "p2"), (3, 2, "p3"), (4, 2, "p4")])
+    assert engine.run_full(t).failed_keys == 0
+
+    world.write_posts([(1, 2, "p1"), (3, 1, "p3")])
+    result = engine.run_full(t)
+
+    assert (result.batches, result.batches_failed, result.failed_keys) == (2, 0, 0), result.errors
+    assert rows_of(output.read_actual()) == {(2, 1, "p1"), (1, 2, "p2"), (1, 3, "p3"), (2, 4, "p4")}
+    assert (sum(result.rows_written.values()), sum(result.rows_deleted.values())) == (2, 0)
+    assert engine.run_full(t).changed_keys == 0
+
+
+@pytest.mark.parametrize("limits", list(MOVE_ENGINES.values()), ids=list(MOVE_ENGINES))
+def test_a_row_that_left_its_user_is_deleted_when_the_batch_of_its_new_user_fails_and_comes_back_with_the_retry(
+        spark, sqlite_url, warehouse, limits):
+    """Post 1 leaves user 1 (batch 1) for user 2, whose batch (the last) fails: user 1's
+    output no longer lists it, and the next run, which retries user 2, lists it there."""
+    user_2_fails = {"now": False}
+
+    def fails_for_user_2(posts: DataFrame) -> DataFrame:
+        if user_2_fails["now"] and posts.where("user_id = 2").count():
+            raise ValueError("cannot list user 2")
+        return posts_of_users(posts)
+
+    world, output, t = posts_of_users_world(spark, sqlite_url, warehouse, func=fails_for_user_2)
+    engine = IncrementalEngine(spark, world.posts.plane, **limits)
+    world.write_posts([(1, 1, "p1"), (2, 1, "p2"), (3, 2, "p3")])
+    assert engine.run_full(t).failed_keys == 0
+
+    world.write_posts([(1, 2, "p1")])
+    user_2_fails["now"] = True
+    result = engine.run_full(t)
+
+    assert (result.batches, result.batches_failed, result.failed_keys) == (2, 1, 1)
+    assert rows_of(output.read_actual()) == {(1, 2, "p2"), (2, 3, "p3")}
+    user_2_fails["now"] = False
+    assert engine.run_full(t).processed_keys == 1
+    assert rows_of(output.read_actual()) == {(2, 1, "p1"), (1, 2, "p2"), (2, 3, "p3")}

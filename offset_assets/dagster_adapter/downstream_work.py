@@ -11,12 +11,23 @@ commits it has not read yet (an earlier run stopped before it). Before it ends, 
 idle step asks, from the control plane only, whether any incremental asset downstream
 of it in the run's selection (directly, or through other selected assets) has such work;
 if one has, it yields its output, so Dagster runs that asset, and says why in its
-metadata (`downstream_work`). Without such work the idle step stays an observation.
+metadata (`downstream_work`). Without such work the idle step stays an observation. A
+step whose run processed keys but changed no row of an output asks the same.
+
+A fan-in gets work from its other upstream branches too, in this very run: an asset
+reading the last assets of ten chains, of which one has a change, would be skipped by the
+nine idle ones (each asks before the changed chain has reached the fan-in). So a
+downstream asset also counts as having work when an incremental asset upstream of it,
+selected in the run and not upstream only through the idle asset, has work: that work
+may reach it. Which selected assets have work is asked of the control plane once per run
+and process (`_work_in_run`), when a step first needs it: work that appears later in the
+run comes from those assets' commits, so the answer holds for the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -31,32 +42,63 @@ from offset_assets.dagster_adapter.run_report import iso_utc
 from offset_assets.engine.pending import idle_result
 from offset_assets.engine.vocabulary import ChangeDetection
 
+# The work of each selected incremental asset of a run (`_work_in_run`), by run id: the
+# steps of an in-process run share it. Only the last few runs are kept.
+_RUN_WORK: OrderedDict[str, dict[dg.AssetKey, str | None]] = OrderedDict()
+_RUNS_KEPT = 8
+
 
 def downstream_work(context: dg.AssetExecutionContext, plane: ControlPlane,
                     asset: IncrementalAsset) -> dict[dg.AssetKey, list[str]]:
     """Per output of `asset`: `<downstream asset>: <its work>` for every incremental asset
-    downstream of that output, selected in this run, that has work of its own (outputs
-    without any are left out)."""
+    downstream of that output, selected in this run, that has work of its own or an
+    upstream asset with work on another path (outputs without any are left out)."""
     layer = context.job_def.asset_layer
     graph, selected = layer.asset_graph, set(layer.selected_asset_keys)
-    run_config_ops = (context.run.run_config or {}).get("ops", {})
+    work = _work_in_run(context, plane)
+    own = {out.asset_key for out in asset.outputs}
     found: dict[dg.AssetKey, list[str]] = {}
-    checked: dict[str, str | None] = {}  # transformation id -> its work (one question each)
     for out in asset.outputs:
         waiting = []
         for key in _selected_descendants(graph, out.asset_key, selected):
-            downstream = resolve_incremental(graph.get(key).assets_def, key)
-            if downstream is None or downstream.transformation_id == asset.transformation_id:
+            if key not in work or key in own:
                 continue
-            tid = downstream.transformation_id
-            if tid not in checked:
-                op_config = run_config_ops.get(graph.get(key).assets_def.node_def.name, {}).get("config", {})
-                checked[tid] = own_work(context, plane, downstream, op_config)
-            if checked[tid] is not None:
-                waiting.append(f"{key.to_user_string()}: {checked[tid]}")
+            if work[key] is not None:
+                waiting.append(f"{key.to_user_string()}: {work[key]}")
+                continue
+            feeding = [upstream for upstream in _selected_ancestors(graph, key, selected, blocked=own)
+                       if work.get(upstream) is not None]
+            if feeding:
+                waiting.append(f"{key.to_user_string()}: {feeding[0].to_user_string()} upstream of it has work "
+                               "in this run")
         if waiting:
             found[out.asset_key] = sorted(set(waiting))
     return found
+
+
+def _work_in_run(context: dg.AssetExecutionContext, plane: ControlPlane) -> dict[dg.AssetKey, str | None]:
+    """Each incremental asset selected in the run -> its work (`own_work`), asked once per
+    run and process."""
+    run_id = context.run.run_id
+    if run_id in _RUN_WORK:
+        return _RUN_WORK[run_id]
+    layer = context.job_def.asset_layer
+    graph = layer.asset_graph
+    run_config_ops = (context.run.run_config or {}).get("ops", {})
+    by_transformation: dict[str, str | None] = {}
+    work: dict[dg.AssetKey, str | None] = {}
+    for key in sorted(layer.selected_asset_keys):
+        found = resolve_incremental(graph.get(key).assets_def, key)
+        if found is None:
+            continue
+        if found.transformation_id not in by_transformation:
+            op_config = run_config_ops.get(graph.get(key).assets_def.node_def.name, {}).get("config", {})
+            by_transformation[found.transformation_id] = own_work(context, plane, found, op_config)
+        work[key] = by_transformation[found.transformation_id]
+    _RUN_WORK[run_id] = work
+    while len(_RUN_WORK) > _RUNS_KEPT:
+        _RUN_WORK.popitem(last=False)
+    return work
 
 
 def own_work(context: dg.AssetExecutionContext, plane: ControlPlane,
@@ -101,4 +143,18 @@ def _selected_descendants(graph: Any, key: dg.AssetKey,
             if child in selected and child not in found:
                 found.append(child)
                 frontier.append(child)
+    return found
+
+
+def _selected_ancestors(graph: Any, key: dg.AssetKey, selected: set[dg.AssetKey],
+                        blocked: Collection[dg.AssetKey]) -> Sequence[dg.AssetKey]:
+    """The selected assets upstream of `key` through selected assets only, not through
+    `blocked` ones: the steps of this run whose commits can reach `key` by another way."""
+    found: list[dg.AssetKey] = []
+    frontier = [key]
+    while frontier:
+        for parent in sorted(graph.get(frontier.pop()).parent_keys):
+            if parent in selected and parent not in blocked and parent not in found:
+                found.append(parent)
+                frontier.append(parent)
     return found

@@ -45,6 +45,7 @@ from offset_assets.dagster_adapter.invocation import IncrementalInvocation, Step
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine import IncrementalEngine
+from offset_assets.engine.held_inputs import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
@@ -88,6 +89,13 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         "it evaluates Spark expressions interpreted instead of compiling them afresh, without adaptive "
         "execution, its shuffles in few partitions (0: every run as the Spark session is configured).",
     )
+    held_rows_limit: int = Field(
+        default=DEFAULT_HELD_ROWS_LIMIT,
+        description="A batch whose keys the driver holds and whose reads the catalog bounds within this many "
+        "versions is read by the driver, and an output with at most this many committed versions is classified "
+        "and written by the driver (pyarrow, no Spark job; the warehouse must be reachable from it, as for "
+        "deleting files); 0: everything by Spark.",
+    )
     row_count: bool = Field(
         default=True,
         description="Report dagster/row_count even for a table whose row count the delta catalog "
@@ -113,7 +121,8 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         """An engine with this resource's settings (cheap: state lives in the control plane)."""
         return IncrementalEngine(self.spark_session, self.control_plane(),
                                  lease_ttl_s=self.lease_ttl_s, pushdown_limit=self.pushdown_limit,
-                                 small_run_rows_limit=self.small_run_rows_limit)
+                                 small_run_rows_limit=self.small_run_rows_limit,
+                                 held_rows_limit=self.held_rows_limit)
 
     def tables(self) -> VersionedTables:
         """Every versioned table of this resource's control plane, read by name with this

@@ -16,12 +16,13 @@ when it loads the first input, finished when it hands the output over).
 engine's `RunRequest` once, for both: a `reprocess` (a backfill or the reset tag: every
 key again), a `changelist` (given keys), or an `incremental` run, which first asks the
 control plane whether there is anything to do (when not: its `idle` result, and no Spark
-session started). An idle invocation also asks whether an incremental asset downstream
-of it in the same run has work of its own (`downstream_work.py`): then it materializes,
-so Dagster does not skip that asset. `stream` runs the engine on that request (it reads
-the transformation's state once, at the start of its run) and turns the engine's result
-into events through the one event iterator of `run_report.py`. Everything reported comes
-from the result, the outputs' row counts included: nothing is read after the run.
+session started). An idle invocation, or a run that committed no version of an output,
+also asks whether an incremental asset downstream of it in the same run has work of its
+own (`downstream_work.py`): then it materializes, so Dagster does not skip that asset.
+`stream` runs the engine on that request (it reads the transformation's state once, at
+the start of its run) and turns the engine's result into events through the one event
+iterator of `run_report.py`. Everything reported comes from the result, the outputs' row
+counts included: nothing is read after the run (but the downstream question above).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class IncrementalInvocation:
 
     context: dg.AssetExecutionContext
     asset: IncrementalAsset
+    plane: ControlPlane
     run: Callable[[RunRequest], RunResult]
     request: RunRequest
     reason: str | None = None
@@ -93,7 +95,7 @@ class IncrementalInvocation:
         if problems:
             raise dg.Failure(description="\n".join(problems))
         request, reason = run_request(asset, context.run.tags, changelist, change_detection)
-        invocation = cls(context, asset, run, request, reason)
+        invocation = cls(context, asset, plane, run, request, reason)
         if request.mode != RunMode.incremental or request.change_detection != ChangeDetection.v2:
             return invocation
         idle = idle_result(plane, asset.transformation_id, asset.input_tables, asset.output_tables,
@@ -112,7 +114,20 @@ class IncrementalInvocation:
         per output that committed a version (every output of an explicit request: a
         reprocess, a key list, a reprocess request the run worked on; an idle output whose
         downstream assets in the run have work), an observation for every other output."""
-        yield from run_events(self.context, RunReport.of(self.asset, self._run(), self.reason, self.waiting))
+        result = self._run()
+        waiting = self.waiting if self.idle is not None else self._waiting_downstream(result)
+        yield from run_events(self.context, RunReport.of(self.asset, result, self.reason, waiting))
+
+    def _waiting_downstream(self, result: RunResult) -> Mapping[dg.AssetKey, Sequence[str]]:
+        """The work downstream of each output the run committed no version of (its keys
+        processed, the output as it was), as an idle run asks it: Dagster would skip the
+        steps downstream of such an output, also an asset that reads another output of
+        the run which did change (a fan-in)."""
+        unchanged = [out.asset_key for out in self.asset.outputs if not result.versions_written(out.table_name)]
+        if result.mode != RunMode.incremental or not unchanged:
+            return {}
+        waiting = downstream_work(self.context, self.plane, self.asset)
+        return {key: work for key, work in waiting.items() if key in unchanged}
 
     def _run(self) -> RunResult:
         if self.idle is None:

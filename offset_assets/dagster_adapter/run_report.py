@@ -40,7 +40,8 @@ class RunReport:
     offset_assets/reset=true`, `reprocess request of <date>`), None for any other run;
     `row_counts`: `dagster/row_count` of the outputs reported with one (the result's
     counts of the outputs it materializes, unless told otherwise); `waiting`:
-    per output of an idle run, the work of the assets downstream of it in the same run
+    per output that the run leaves as it was (an idle run, or keys processed to the same
+    rows), the work of the assets downstream of it in the same run
     (`downstream_work.py`), for which it materializes all the same."""
 
     asset: IncrementalAsset
@@ -79,11 +80,11 @@ class RunReport:
                                 reset_reason=self.reason, row_count=self.row_counts.get(out.asset_key))
         waiting = self.waiting.get(out.asset_key)
         if waiting:
-            # Said in the summary too: a materialization of an idle run needs its reason.
+            # Said in the summary too: a materialization that changed nothing needs its reason.
             metadata["downstream_work"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in waiting))
             metadata["summary"] = dg.MetadataValue.md(
-                f"{metadata['summary'].value}\n\nNothing to do here; materialized so that Dagster runs what "
-                f"waits downstream in this run: {'; '.join(waiting)}.")
+                f"{metadata['summary'].value}\n\nNo row of this output changed; materialized so that Dagster "
+                f"runs what waits downstream in this run: {'; '.join(waiting)}.")
         return metadata
 
 

@@ -33,7 +33,7 @@ from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.control_plane.settled import SettledSnapshots
-from offset_assets.engine.meta import MetaPending, meta_frame, meta_frame_typed
+from offset_assets.engine.meta import MetaPending, held_meta_rows, meta_frame, meta_frame_typed
 from offset_assets.engine.state import RunState
 from offset_assets.engine.vocabulary import CommitMode
 from offset_assets.versioned.commit import commit_transaction
@@ -109,14 +109,23 @@ def run_offsets(state: RunState, batch_min_ts: Mapping[int, Mapping[str, float]]
 
 
 def commit_batches(plane: ControlPlane, plan: CommitPlan, hots: Sequence[HotDelta], meta: VersionedTable,
-                   pending: MetaPending, process_ts: float, holder: str, run_id: str) -> list[HotDelta]:
+                   pending: MetaPending, process_ts: float, holder: str, run_id: str,
+                   held: bool = False) -> list[HotDelta]:
     """Write the meta of the `pending` batches into a meta delta and commit it with the
     output deltas `hots` that hold rows, and `plan`, in one transaction (`hots` that hold
     none are rolled back). Returns the committed deltas. On any error every delta is
-    rolled back and the error raised: nothing is committed."""
+    rolled back and the error raised: nothing is committed. `held`: meta rows of keys the
+    driver holds are written by the driver (`meta.held_meta_rows`), without a Spark job."""
     meta_hot = None
     try:
-        if pending:
+        rows_held = held_meta_rows(meta, pending, process_ts) if held and pending else None
+        if rows_held is not None:
+            table, rows, failed = rows_held
+            if rows:
+                meta_hot = meta.open_delta(holder=holder, run_id=run_id)
+                meta_hot.append_held(table)
+                plan.failed_meta_keys = failed
+        elif pending:
             frame, rows, failed = meta_frame(meta, pending, process_ts)
             if rows:
                 meta_hot = meta.open_delta(holder=holder, run_id=run_id)

@@ -18,6 +18,7 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
 from offset_assets.engine.changed_keys import DEFAULT_DRIVER_LIMIT, ChangedIndex, KeysLike, compute_changed_index
+from offset_assets.engine.held_inputs import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.pending import current_request
@@ -41,7 +42,11 @@ class IncrementalEngine:
     is shuffled. `small_run_rows_limit`: a run whose tables hold at most this many
     stored versions in all is small: it evaluates its expressions interpreted rather than
     compiling them, without adaptive execution, its shuffles in few partitions
-    (`evaluation.py`; 0: every run as the session is configured). Decided before a plan is
+    (`evaluation.py`; 0: every run as the session is configured). `held_rows_limit`: a
+    batch whose keys the driver holds and whose reads the catalog bounds within this many
+    versions is read by the driver, and an output whose committed versions it bounds so
+    is classified and written by the driver, with pyarrow and no Spark job
+    (`held_inputs.py`, `outputs.py`; 0: everything by Spark). Decided before a plan is
     built, from the catalog, not from a Spark count."""
 
     def __init__(
@@ -52,6 +57,7 @@ class IncrementalEngine:
         pushdown_limit: int = DEFAULT_PUSHDOWN_LIMIT,
         driver_keys_limit: int = DEFAULT_DRIVER_LIMIT,
         small_run_rows_limit: int = DEFAULT_SMALL_RUN_ROWS_LIMIT,
+        held_rows_limit: int = DEFAULT_HELD_ROWS_LIMIT,
     ) -> None:
         self.spark = spark
         self.plane = plane
@@ -59,6 +65,7 @@ class IncrementalEngine:
         self.pushdown_limit = pushdown_limit
         self.driver_keys_limit = driver_keys_limit
         self.small_run_rows_limit = small_run_rows_limit
+        self.held_rows_limit = held_rows_limit
         self.offsets = OffsetRepository(plane)
         self.catalog = DeltaCatalog(plane)
         self.leases = RunLeases(plane)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, StringType, StructField, StructType
@@ -20,6 +21,7 @@ from offset_assets.engine.loading import KeyValues, union_all
 from offset_assets.engine.transformation import Transformation
 from offset_assets.local_frames import local_frame
 from offset_assets.spark import is_connect_session
+from offset_assets.versioned.held_files import arrow_schema, held_schema
 from offset_assets.versioned.table import VersionedTable
 
 META_COLUMNS = ("process_ts", "is_success", "error")
@@ -99,6 +101,25 @@ def meta_frame(meta: VersionedTable, pending: MetaPending, process_ts: float) ->
                         process_ts, error)
               for keys, _, error in pending]
     return union_all(frames), total, failed
+
+
+def held_meta_rows(meta: VersionedTable, pending: MetaPending, process_ts: float,
+                   ) -> tuple[pa.Table, int, int] | None:
+    """`meta_frame` as an Arrow table the driver writes itself, when the driver holds
+    every batch's keys as collected from Spark (typed like the meta table) and the meta
+    table's types are ones the driver writes (`held_files.held_schema`); else None."""
+    if not all(isinstance(batch.keys, KeyValues) and batch.keys.typed for batch in pending):
+        return None
+    if not held_schema(meta.schema, meta.primary_key):
+        return None
+    rows = [(*key, process_ts, error is None, None if error is None else error[:ERROR_TEXT_LIMIT])
+            for keys, _, error in pending for key in keys.rows]
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in meta.schema.fields]
+    schema = arrow_schema(meta.schema, with_system=False)
+    table = pa.Table.from_arrays([pa.array(list(values), f.type) for values, f in zip(columns, schema, strict=True)],
+                                 schema=schema)
+    failed = sum(batch.rows for batch in pending if batch.error is not None)
+    return table, len(rows), failed
 
 
 def meta_frame_typed(pending: MetaPending) -> bool:

@@ -40,6 +40,7 @@ from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.changed_keys import DistributedKeys, KeysLike, LocalKeys, RunSnapshot, select_keys
 from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError, error_text
+from offset_assets.engine.held_inputs import HeldInputs
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
 from offset_assets.engine.meta import PendingBatch, meta_table
 from offset_assets.engine.outputs import OutputWriter
@@ -76,6 +77,7 @@ class TransformationRun:
                                    engine.lease_ttl_s)
         self._keys: LocalKeys | DistributedKeys | None = None
         self._writer: OutputWriter | None = None
+        self._held_inputs: HeldInputs | None = None
         self._batch_frames: list[DataFrame] = []
         self._keys_present: dict[int, int] = {}  # per batch read: keys an input holds, when known
         self._meta_pending: list[PendingBatch] = []
@@ -132,9 +134,13 @@ class TransformationRun:
             selected = select_keys(self.t, self.meta, self.state.request, self.state.by_input, self.request.keys,
                                    self.engine.pushdown_limit, self.engine.driver_keys_limit)
         self._keys = selected.keys
-        self._loader = InputLoader(self.t, self.state.snapshot.deltas, selected.deltas_read,
-                                   selected.keys.marked_by if isinstance(selected.keys, LocalKeys) else {},
-                                   self._reads)
+        held_limit = self.engine.held_rows_limit
+        self._writer = OutputWriter(self.t, self.holder, self.run_id, self._reads, self.meta, self.result,
+                                    selected.keys, held_limit)
+        marked_by = selected.keys.marked_by if isinstance(selected.keys, LocalKeys) else {}
+        self._loader = InputLoader(self.t, self.state.snapshot.deltas, selected.deltas_read, marked_by, self._reads)
+        self._held_inputs = HeldInputs(self.t, self.state.snapshot.deltas, selected.deltas_read, marked_by,
+                                       held_limit) if held_limit > 0 and isinstance(selected.keys, LocalKeys) else None
         self.batch_sizes = selected.keys.batch_sizes()
         self._batch_min_ts = selected.keys.batch_min_ts()
         self.batches: list[int] = sorted(self.batch_sizes)
@@ -165,7 +171,6 @@ class TransformationRun:
         self.result.requested = self.request.mode
         for name, rows in state.output_rows.items():
             self._count_rows(name, rows)
-        self._writer = OutputWriter(t, self.holder, self.run_id, self._reads, self.meta, self.result)
 
     def _mode(self, state: RunState) -> RunMode:
         """A full run fulfilling a reprocess (a backfill's, or a pending request it works
@@ -208,8 +213,11 @@ class TransformationRun:
         (`loading.InputLoader`: reference inputs only for the join values found)."""
         counted = self._counting_input()
         before = self.result.rows_read.get(counted, 0) if counted is not None else 0
+        keys = self._batch(batch)
         with self._profiler.phase("input_reads"):
-            frames = self._loader.frames(self._batch(batch), self._persist, self.result)
+            frames = self._held_inputs.frames(keys, self.result) if self._held_inputs is not None else None
+            if frames is None:
+                frames = self._loader.frames(keys, self._persist, self.result)
         if counted is not None:
             self._keys_present[batch] = self.result.rows_read.get(counted, 0) - before
         return frames
@@ -251,7 +259,7 @@ class TransformationRun:
         try:
             with self._profiler.phase("output_write"):
                 outputs = self._writer.evaluate(produced, self._persist)
-                hots = self._writer.write(self._batch(batch), outputs, shuffled, last=batch == self.batches[-1])
+                hots = self._writer.write(batch, outputs, shuffled, last=batch == self.batches[-1])
         except Exception as exc:  # noqa: BLE001 - errors of the user's function surface here
             self.record_failure(batch, exc)
             return False
@@ -296,7 +304,8 @@ class TransformationRun:
                            first=not self._first_commit_done, final=final)
         with self._profiler.phase("commit"):
             committed = commit_batches(self.engine.plane, plan, hots, self.meta, meta,
-                                       self.state.snapshot.process_ts, self.holder, self.run_id)
+                                       self.state.snapshot.process_ts, self.holder, self.run_id,
+                                       held=self.engine.held_rows_limit > 0)
         self._first_commit_done = True
         for hot in committed:
             self.result.add_delta(hot.table.name, hot.delta_num)
@@ -310,6 +319,8 @@ class TransformationRun:
         if self._finished:
             raise TransformationOutputError(f"run {self.run_id} of {self.t.transformation_id!r} already finished")
         if self.t.commit_mode == CommitMode.end:
+            with self._profiler.phase("output_write"):
+                self._writer.write_departures()
             self._commit(list(self._writer.hots.values()), self._meta_pending, None, final=True)
         else:
             self._commit([], [], None, final=True)

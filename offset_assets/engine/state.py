@@ -49,6 +49,7 @@ class RunEngine(Protocol):
     pushdown_limit: int
     driver_keys_limit: int
     small_run_rows_limit: int
+    held_rows_limit: int
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,10 @@ class DeltaFiles:
             raise
         self.kept(versions_at, None)
 
+    def written_folders(self) -> list[str]:
+        """The folders of the writes made so far: versions, then unchanged rows."""
+        return [*self._versions, *self._unchanged]
+
     def prior_states(self) -> DataFrame | None:
         """States already written into this hot delta (versions and unchanged rows)."""
         if not self._versions and not self._unchanged:

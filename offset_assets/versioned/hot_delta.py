@@ -30,17 +30,19 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
 from offset_assets.control_plane.delta_catalog.records import COMMITTED, DeltaInfo, HotCommit
 from offset_assets.local_frames import local_rows
-from offset_assets.versioned import writes
+from offset_assets.versioned import held_writes, writes
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.delta_files import DeltaFiles, write_partitions
 from offset_assets.versioned.errors import DeltaClosedError, SchemaMismatchError, VersionedTableError
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT, small_run_settings
+from offset_assets.versioned.held_writes import HeldReplacement
 from offset_assets.versioned.hot_table import HotTable
 from offset_assets.versioned.layout import OP_DELETE, SYS_OP
 from offset_assets.versioned.observed import ObservedAggregates
@@ -163,6 +165,28 @@ class HotDelta:
         self._last_written = last
         return stats
 
+    def write_held(self, rows: pa.Table, refusal: Refusal | None = None, last: bool = False,
+                   replacing: HeldReplacement | None = None) -> WriteStats:
+        """`write` for rows the driver holds as an Arrow table (the data columns, optional
+        sys_op, the refusal's flag column): classified and written by the driver, with
+        no Spark job (`held_writes.py`; a table `held_files.held_schema` accepts)."""
+        self._check_writable("write to")
+        stats = held_writes.write_held(self, rows, refusal, keep_unchanged=not last, replacing=replacing)
+        self._last_written = last
+        return self._add(stats)
+
+    def append_held(self, rows: pa.Table) -> WriteStats:
+        """`write_new_versions` for rows the driver holds as an Arrow table, written by the driver."""
+        self._check_writable("write to")
+        return self._add(held_writes.append_held(self, rows))
+
+    def committed_versions(self) -> int | None:
+        """The committed versions a write into this delta may be classified against (the
+        latest snapshot's and the later deltas'), by the catalog's counts; None when one
+        is unknown."""
+        committed = committed_before(self.table, self.delta_num)
+        return 0 if committed is None else committed[1]
+
     def _local_write_settings(self, rows: int) -> AbstractContextManager[None]:
         """The session's settings for a write of `rows` rows the driver holds: a small
         run's (`evaluation.py`) when they and the committed versions they are classified
@@ -185,17 +209,26 @@ class HotDelta:
         self.files.append_versions(versions, rows)
         return self._add(WriteStats(rows, 0, 0))
 
-    def savepoint(self) -> tuple[int, int, WriteStats]:
+    def savepoint(self) -> tuple[int, int, WriteStats, bool]:
         """A point to return to with `restore`: the writes made so far."""
-        return *self.files.savepoint(), self.written
+        return *self.files.savepoint(), self.written, self._last_written
 
-    def restore(self, point: tuple[int, int, WriteStats]) -> None:
+    def restore(self, point: tuple[int, int, WriteStats, bool]) -> None:
         """Undo the writes made since `point` (their folders are deleted): a caller whose
-        related write into another table failed keeps this delta usable without them."""
+        related write into another table failed keeps this delta usable without them (a
+        write undone that said it was the last no longer closes the delta)."""
         self._check_open("restore")
-        versions, unchanged, stats = point
+        versions, unchanged, stats, last_written = point
         self.files.restore((versions, unchanged))
         self.written = stats
+        self._last_written = last_written
+
+    def keys_written(self) -> DataFrame | None:
+        """The primary keys the writes into this delta gave a state so far (a version or an
+        unchanged row), None before the first: a caller writing in several steps asks which
+        keys an earlier step already holds."""
+        prior = self.files.prior_states()
+        return None if prior is None else prior.select(*[f"`{c}`" for c in self.table.primary_key])
 
     def delete(self, keys_df: DataFrame) -> WriteStats:
         """Delete the keys in `keys_df` (primary-key columns only): tombstones at commit."""

@@ -7,6 +7,8 @@ keys at fault (`MAX_EXAMPLES`). Nothing of a refused write is kept (`hot_delta.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
@@ -16,23 +18,34 @@ from offset_assets.versioned.errors import ConflictingStatesError, InvalidSysOpE
 from offset_assets.versioned.hot_table import HotTable
 from offset_assets.versioned.writes import Refusal, StateOrder
 
-__all__ = ["refuse_bad_rows"]
+__all__ = ["refuse", "refuse_bad_rows"]
 
 MAX_EXAMPLES = 5
+
+# The rows of one kind, as dicts of the columns asked for (at most `MAX_EXAMPLES`).
+RowsOf = Callable[..., list[dict]]
 
 
 def refuse_bad_rows(table: HotTable, delta_num: int, classified: DataFrame, counts: dict[str, int],
                     refusal: Refusal | None, ordering: tuple[StateOrder, DataType] | None = None) -> None:
     """Raise the error of a write into delta `delta_num` whose `counts` (by kind, of its
     `classified` rows) hold a refused row, naming up to `MAX_EXAMPLES` keys at fault."""
-    pk = table.primary_key
-    if refusal is not None and counts.get(writes.REFUSED):
-        example = classified.where(F.col(writes.KIND) == writes.REFUSED).select(*refusal.example_columns).first()
-        raise refusal.error(example.asDict() if example is not None else {})
 
     def rows_of(kind: str, *columns: str) -> list[dict]:
         found = classified.where(F.col(writes.KIND) == kind).select(*columns).distinct()
         return [row.asDict() for row in found.limit(MAX_EXAMPLES).collect()]
+
+    refuse(table, delta_num, counts, rows_of, refusal, ordering)
+
+
+def refuse(table: HotTable, delta_num: int, counts: dict[str, int], rows_of: RowsOf, refusal: Refusal | None,
+           ordering: tuple[StateOrder, DataType] | None = None) -> None:
+    """`refuse_bad_rows` for a write classified anywhere: `rows_of(kind, *columns)` gives
+    the rows of a kind (the driver's own classification passes its rows)."""
+    pk = table.primary_key
+    if refusal is not None and counts.get(writes.REFUSED):
+        examples = rows_of(writes.REFUSED, *refusal.example_columns)
+        raise refusal.error(examples[0] if examples else {})
 
     if counts.get(writes.BAD_KEY):
         required = [f.name for f in table.schema.fields if f.name in pk and not f.nullable]

@@ -67,6 +67,12 @@ class LocalKeys:
             self._values[number] = KeyValues(self.columns, tuple(self.batches[number]), self.typed)
         return self._values[number]
 
+    def keys_of(self, numbers: Sequence[int]) -> KeyValues:
+        """The keys of the batches `numbers` together (one batch: `batch`'s own)."""
+        if len(numbers) == 1:
+            return self.batch(numbers[0])
+        return KeyValues(self.columns, tuple(key for n in numbers for key in self.batches[n]), self.typed)
+
     def batch_sizes(self) -> dict[int, int]:
         return {i: len(b) for i, b in enumerate(self.batches)}
 
@@ -95,6 +101,13 @@ class DistributedKeys:
 
     def batch(self, number: int) -> DataFrame:
         keys = self.frame.where(F.col(BATCH_COL) == number).select(*self.columns)
+        return keys.hint("merge") if self.shuffled else keys
+
+    def keys_of(self, numbers: Sequence[int]) -> DataFrame:
+        """The keys of the batches `numbers` together (one batch: `batch`'s own)."""
+        if len(numbers) == 1:
+            return self.batch(numbers[0])
+        keys = self.frame.where(F.col(BATCH_COL).isin(list(numbers))).select(*self.columns)
         return keys.hint("merge") if self.shuffled else keys
 
     def batch_sizes(self) -> dict[int, int]:
