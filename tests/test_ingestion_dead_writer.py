@@ -183,7 +183,7 @@ def test_a_dead_writer_of_any_source_is_discarded_by_the_next_range_and_a_live_o
         ingestion.run_pending(now=datetime(2022, 1, 3), run_id="next")
     assert isinstance(refused.value.__cause__, HotDeltaHeldError)
     assert table.hot().run_id == "live-run"
-    table.rollback_hot()
+    table.discard_dead_hot()
     JobLog(plane).mark_failure(JobLog(plane).get_range("daily_customers", "20220105000000").job_id, "gone")
 
     a_run_holding("crashed-run", "20220105000000", "20220106000000")

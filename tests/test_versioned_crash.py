@@ -1,6 +1,6 @@
 """Crash safety: a process killed with SIGKILL in the middle of a write or of a commit
 leaves the table readable with exactly its committed deltas; the leftovers of the dead
-holder are discarded by `rollback_hot` and `cleanup`. A revert is all or nothing the same
+holder are discarded by `discard_dead_hot` and `cleanup`. A revert is all or nothing the same
 way, its job_log marks included, and the next revert discards what a dead one left."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_a_writer_killed_while_writing_files_exposes_nothing(spark, sqlite_url, 
     with pytest.raises(HotDeltaHeldError, match="held by 'doomed-writer'"):
         orders.open_delta()
 
-    assert orders.rollback_hot().holder == "doomed-writer"
+    assert orders.discard_dead_hot().holder == "doomed-writer"
     assert not WarehouseFiles().exists(data_path)
     cleanup(orders, 0)
     after = orders.write_delta(spark.createDataFrame([(3, "next")], SCHEMA))

@@ -14,6 +14,7 @@ from offset_assets.versioned.errors import (
     DeltaNotHotError,
     HotDeltaHeldError,
 )
+from offset_assets.versioned.layout import WarehouseFiles
 
 STORES = StructType(
     [
@@ -162,7 +163,6 @@ def test_a_key_keeps_one_state_across_writes_into_the_same_hot_delta(spark, stor
 
 
 def test_hot_delta_is_invisible_and_rollback_frees_its_number_and_files(spark, stores):
-    from offset_assets.versioned.layout import WarehouseFiles
 
     stores.write_delta(rows(spark, [(1, "a", "basic")]))
     hot = stores.open_delta(holder="loader", run_id="run-7")
@@ -187,7 +187,7 @@ def test_a_second_writer_is_refused_naming_the_holder_until_the_hot_delta_is_dis
     with pytest.raises(HotDeltaHeldError, match=r"'stores'.*delta 1 held by 'ingest@host:42'"):
         other.open_delta(holder="second")
 
-    discarded = other.rollback_hot()  # the holder died: clean up after it
+    discarded = other.discard_dead_hot()  # the holder died: clean up after it
     assert discarded.holder == "ingest@host:42"
     assert other.write_delta(rows(spark, [(2, "b", "basic")])).delta_num == 1
     with pytest.raises(DeltaNotHotError, match="rolled back"):
@@ -199,3 +199,20 @@ def test_write_delta_leaves_no_hot_delta_when_the_write_is_refused(spark, stores
     with pytest.raises(ConflictingStatesError):
         stores.write_delta(rows(spark, [(1, "a", "basic"), (1, "b", "basic")]))
     assert stores.hot() is None and stores.last_committed() is None
+
+
+def test_a_dead_writers_delta_is_discarded_only_while_that_writer_still_holds_it(spark, plane, stores):
+    """Two cleaners found the same dead writer's delta; the first discarded it and a new
+    writer opened the next one: the second cleaner's discard leaves the live writer's."""
+    dead = stores.open_delta(holder="ingest@host:42", run_id="r1")
+    dead.write(rows(spark, [(1, "a", "basic")]))
+    seen_by_both = stores.hot()
+    assert stores.discard_dead_hot(seen_by_both).holder == "ingest@host:42"
+    assert not WarehouseFiles().exists(dead.data_path)
+    live = stores.open_delta(holder="ingest@host:43", run_id="r2")
+
+    assert stores.discard_dead_hot(seen_by_both) is None
+    assert (stores.hot().holder, stores.hot().run_id) == ("ingest@host:43", "r2")
+    live.write(rows(spark, [(2, "b", "basic")]))
+    assert live.commit().delta_num == 1
+    assert stores.discard_dead_hot() is None  # nothing hot any more

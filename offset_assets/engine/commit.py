@@ -2,7 +2,7 @@
 
 Here: the commit plan of a run's commit (`plan_commit`, from the run's `RunState`), the
 commit itself (`commit_batches`: meta delta, outputs, plan), and the end of a run's hot
-deltas that never commit (`rollback_quietly`, `discard_crashed_hot_deltas`).
+deltas that never commit (`rollback_quietly`, `discard_dead_hot_deltas`).
 
 The deltas' commit transaction (`commit_transaction`) is opened here and the plan's
 rows are written into it by this module itself, so nothing calls back into the engine.
@@ -155,17 +155,15 @@ def rollback_quietly(hot: HotDelta) -> None:
         log.exception("rollback of hot delta %s of %s failed", hot.delta_num, hot.table.name)
 
 
-def discard_crashed_hot_deltas(tables: Sequence[VersionedTable], transformation_id: str) -> None:
-    """Roll back the hot deltas of `tables` that an earlier run of the transformation left.
+def discard_dead_hot_deltas(tables: Sequence[VersionedTable], transformation_id: str) -> None:
+    """Discard the hot deltas of `tables` that an earlier run of the transformation left.
     The caller holds the lease, so such a delta belongs to a run that died before
     committing: its files are garbage."""
     prefix = f"{transformation_id}:"
     for table in tables:
         hot = table.hot()
         if hot is not None and (hot.holder or "").startswith(prefix):
-            log.warning("discarding hot delta %s of %s left by crashed run %s",
-                        hot.delta_num, table.name, hot.holder)
-            table.rollback_hot()
+            table.discard_dead_hot(hot)
 
 
 def commit_run_work(plane, hots: Sequence[HotDelta], meta_hot: HotDelta | None, plan: CommitPlan,  # noqa: ANN001

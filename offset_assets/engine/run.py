@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from offset_assets.control_plane.leases import LeaseKeeper, make_holder
 from offset_assets.engine.changed_keys import DistributedKeys, KeysLike, LocalKeys, RunSnapshot, select_keys
-from offset_assets.engine.commit import commit_batches, discard_crashed_hot_deltas, plan_commit
+from offset_assets.engine.commit import commit_batches, discard_dead_hot_deltas, plan_commit
 from offset_assets.engine.errors import TransformationOutputError, error_text
 from offset_assets.engine.held_inputs import HeldInputs
 from offset_assets.engine.loading import InputLoader, KeyValues, RunReads
@@ -151,7 +151,7 @@ class TransformationRun:
         t = self.t
         self.meta = meta_table(self.spark, self.engine.plane, t)
         # We hold the lease: a hot delta an earlier run of t left belongs to a crashed run.
-        discard_crashed_hot_deltas([*t.outputs, self.meta], t.transformation_id)
+        discard_dead_hot_deltas([*t.outputs, self.meta], t.transformation_id)
         self.state = state = RunState.read(self.engine, t, self.request.mode, self.change_detection)
         self.result = RunResult(
             transformation_id=t.transformation_id,

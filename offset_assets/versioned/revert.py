@@ -229,9 +229,7 @@ def _open_delta(table: VersionedTable, run_id: str) -> HotDelta:
         left = held.hot.holder or ""
         if not (left.startswith(HOLDER_PREFIX) and holder_is_dead(left.removeprefix(HOLDER_PREFIX))):
             raise
-        discarded = table.catalog.discard_hot(table.name, left, held.hot.run_id or "")
-        if discarded is not None:
-            table.files.delete(discarded.data_path)
+        table.discard_dead_hot(held.hot)
     return table.open_delta(holder=holder, run_id=run_id)
 
 

@@ -12,6 +12,7 @@ take the table (`compaction.py`, `maintenance.py`).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import socket
@@ -30,6 +31,8 @@ from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.layout import WarehouseFiles, check_warehouse_location, new_delta_path, table_root
 from offset_assets.versioned.reads import ActualFilter, TableReader, actual_bound
 from offset_assets.versioned.table_schema import evolve, validate_definition
+
+log = logging.getLogger(__name__)
 
 __all__ = ["VersionedTable"]
 
@@ -115,14 +118,27 @@ class VersionedTable:
                 hot.rollback()
             raise
 
-    def rollback_hot(self) -> DeltaInfo | None:
-        """Discard the hot delta, whoever holds it (cleanup after a crashed holder)."""
-        info = self.catalog.hot(self.name)
-        if info is None:
+    def discard_dead_hot(self, left: DeltaInfo | None = None) -> DeltaInfo | None:
+        """Discard the hot delta a dead writer left: `left` (as the caller found it), or
+        the table's hot delta now, whoever holds it. The catalog drops it only while the
+        same holder and run still hold it (a writer that took the table in between keeps
+        its delta), then its files are deleted; a failure to delete them leaves orphans
+        that `cleanup` removes. The caller decides that the holder is dead: this is the
+        one way every writer (transformations, ingestion, revert) and a person clean up
+        after one. The delta discarded, or None when there was none to discard."""
+        left = left if left is not None else self.catalog.hot(self.name)
+        if left is None:
             return None
-        if self.catalog.rollback(self.name, info.delta_num, data_path=info.data_path):
-            self.files.delete(info.data_path)
-        return info
+        discarded = self.catalog.discard_hot(self.name, left.holder, left.run_id)
+        if discarded is None:
+            return None
+        log.warning("table %s: discarded hot delta %s left by dead writer %r (run %r)", self.name,
+                    discarded.delta_num, discarded.holder, discarded.run_id)
+        try:
+            self.files.delete(discarded.data_path)
+        except Exception:  # noqa: BLE001 - the files are garbage either way; cleanup removes them
+            log.exception("table %s: files of discarded hot delta %s not deleted", self.name, discarded.delta_num)
+        return discarded
 
     # -- delta information -----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ class HotDeltaHeldError(DeltaCatalogError):
         super().__init__(
             f"table {table_name!r} already has hot delta {hot.delta_num} held by "
             f"{hot.holder!r} (run {hot.run_id!r}, opened {opened}); commit or roll it back "
-            f"(VersionedTable.rollback_hot() discards it if that holder died)"
+            f"(VersionedTable.discard_dead_hot() discards it if that holder died)"
         )
 
 

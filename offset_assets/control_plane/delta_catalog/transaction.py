@@ -178,17 +178,19 @@ class DeltaTransactions(DeltaQueries):
             raise DeltaNotHotError(f"table {table_name!r}: delta {delta_num} is committed and cannot be rolled back")
         return False
 
-    def discard_hot(self, table_name: str, holder: str, run_id: str,
+    def discard_hot(self, table_name: str, holder: str | None, run_id: str | None,
                     conn: Connection | None = None) -> DeltaInfo | None:
         """Discard the hot delta of `table_name` if `holder` opened it under `run_id` (a
-        run that died holding it), freeing its number; the delta discarded, else None.
+        run that died holding it; None matches a delta opened without one), freeing its
+        number; the delta discarded, else None.
         With `conn` it joins the caller's transaction; either way its files are the
         caller's to delete once that transaction has committed."""
         with self.plane.within(conn) as tx:
             row = tx.execute(
                 sa.select(table_delta).where(
                     table_delta.c.table_name == table_name, table_delta.c.status == HOT,
-                    table_delta.c.holder == holder, table_delta.c.run_id == run_id,
+                    table_delta.c.holder.is_not_distinct_from(holder),
+                    table_delta.c.run_id.is_not_distinct_from(run_id),
                 )
             ).first()
             if row is None:

@@ -59,11 +59,7 @@ class RangeWrites:
         except HotDeltaHeldError as held:
             if not self._left_by_dead_run(held.hot, run_id):
                 raise
-            discarded = table.catalog.discard_hot(table.name, held.hot.holder or "", held.hot.run_id or "")
-        if discarded is not None:
-            logger.warning("job %s: discarded hot delta %s of %s left by dead run %r (%s)", self.job.name,
-                           discarded.delta_num, table.name, discarded.run_id, discarded.holder)
-            _delete_quietly(table, discarded)
+            table.discard_dead_hot(held.hot)
         return table.open_delta(holder=self.holder, run_id=run_id)
 
     def _left_by_dead_run(self, hot: DeltaInfo, run_id: str) -> bool:
@@ -128,15 +124,6 @@ class RangeWrites:
             return None, 0
         return hot, written
 
-
-def _delete_quietly(table: VersionedTable, discarded: DeltaInfo) -> None:
-    """Delete a discarded delta's files; a failure leaves orphans that table maintenance
-    removes (`offset_assets.versioned.maintenance`), never a reason to stop the range."""
-    try:
-        table.files.delete(discarded.data_path)
-    except Exception:  # noqa: BLE001 - the files are garbage either way
-        logger.exception("files of discarded hot delta %s of %s not deleted", discarded.delta_num,
-                         discarded.table_name)
 
 
 def _key_range(batch: SourceBatch, target: TargetTable) -> tuple[Any, Any] | None:
