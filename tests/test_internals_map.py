@@ -69,3 +69,13 @@ def test_every_package_has_a_row_in_the_internals_map():
     packages = [f"offset_assets/{p.name}/" for p in sorted((ROOT / "offset_assets").iterdir())
                 if (p / "__init__.py").exists()]
     assert [package for package in packages if package not in rows] == []
+
+
+def test_every_migration_revision_is_in_the_internals_list_of_migrations():
+    """The list under 'Migrations' names each revision file's number, up to the newest."""
+    text = (ROOT / "docs" / "internals.md").read_text()
+    listed = text[text.index("- Migrations (`control_plane/migrations/versions/`)"):]
+    listed = listed[:listed.index("never edit a released one")]
+    revisions = sorted(p.name[:4] for p in (ROOT / "offset_assets" / "control_plane" / "migrations" / "versions")
+                       .glob("[0-9][0-9][0-9][0-9]_*.py"))
+    assert revisions and [r for r in revisions if r not in listed] == []
