@@ -17,14 +17,10 @@ from offset_assets.control_plane.job_log.records import check_job_names
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import PlanningError
 from offset_assets.ranges.planners import (
-    AutoIncrementIdPlanner,
     DataRange,
-    KafkaOffsetPlanner,
     PlanInputs,
     Planner,
     RangeKind,
-    TimeWindowPlanner,
-    UpstreamPlanner,
     parse_time,
 )
 from offset_assets.ranges.sources.batch import RangeSource
@@ -137,20 +133,10 @@ def is_open_window(data_range: DataRange, now: datetime) -> bool:
 def plan_inputs(job: IngestionJob, log: JobLog, now: datetime | None = None) -> PlanInputs:
     """Read the outside facts the job's planner needs (source max id, Kafka offsets,
     upstream job log); no Spark, so sensors can call it."""
-    planner = job.planner
-    if isinstance(planner, TimeWindowPlanner):
-        return PlanInputs(now=now or datetime.now(UTC))
-    if isinstance(planner, AutoIncrementIdPlanner):
-        max_id = getattr(job.source, "max_id", None)
-        if max_id is None:
-            raise PlanningError(f"job {job.name!r}: id ranges need a source with max_id()")
-        return PlanInputs(source_max_id=max_id())
-    if isinstance(planner, KafkaOffsetPlanner):
-        latest = getattr(job.source, "latest_offsets", None)
-        return PlanInputs(latest_offsets=latest() if latest else None)
-    if isinstance(planner, UpstreamPlanner):
-        return PlanInputs(upstream_history=log.history(planner.upstream_job))
-    raise PlanningError(f"job {job.name!r}: unknown planner {planner!r}")
+    try:
+        return job.planner.gather(job.source, log.history, now)
+    except PlanningError as refused:
+        raise PlanningError(f"job {job.name!r}: {refused}") from None
 
 
 def plan_ranges(job: IngestionJob, log: JobLog, now: datetime | None = None) -> list[DataRange]:

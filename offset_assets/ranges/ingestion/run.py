@@ -31,6 +31,7 @@ from offset_assets.ranges.planners import (
     RangeKind,
     recorded_end,
 )
+from offset_assets.ranges.sources.batch import RangeEndSource
 from offset_assets.run_profile import Profiler, RunProfile
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
@@ -169,8 +170,7 @@ class RangeIngestion:
         elif not data_range.refresh and self._was_reverted(data_range):
             data_range = replace(data_range, refresh=True)  # no plan runs it: a run of it loads it again
         if data_range.max_size is None:  # a Kafka range from a partition key: the planner's cap
-            data_range = replace(data_range, max_size=getattr(self.job.planner,
-                                                              "max_offsets_per_partition", None))
+            data_range = replace(data_range, max_size=self.job.planner.keyed_range_max_size)
         profiler = Profiler.start(self.spark)
         try:
             return self._run_claimed(data_range, pending, planned, window_open, run_id, runtime_args, profiler)
@@ -276,7 +276,7 @@ class RangeIngestion:
         return claim_range(
             self.log, self.job.name, data_range, pending, run_id=run_id,
             policy=self.job.claim_policy, workflow_name=self.job.workflow_name,
-            period=getattr(self.job.planner, "period_minutes", None),
+            period=self.job.planner.period_minutes,
             load_type=self.job.load_type,
             runtime_args={**(runtime_args or {}), "refresh": data_range.refresh,
                           **({"open_window": True} if window_open else {}),
@@ -308,11 +308,10 @@ class RangeIngestion:
         """The range with its end decided, when it has none (the head range: a Kafka
         range's offsets, an id range's max id, read from the source now), and recorded in
         job_log before a row is read, so that whatever runs the range next reads this same
-        slice. A source without `range_end` decides its end as it reads."""
-        decide = getattr(self.job.source, "range_end", None)
-        if data_range.end is not None or decide is None:
+        slice. A source that is no `RangeEndSource` decides its end as it reads."""
+        if data_range.end is not None or not isinstance(self.job.source, RangeEndSource):
             return data_range
-        end = decide(data_range)
+        end = self.job.source.range_end(data_range)
         if end is None:
             return data_range
         self.log.record_end(claim.job_id, end, run_id=claim.run_id)

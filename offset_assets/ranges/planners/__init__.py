@@ -37,6 +37,7 @@ present.
 from __future__ import annotations
 
 from offset_assets.ranges.planners.auto_increment import AutoIncrementIdPlanner
+from offset_assets.ranges.planners.contract import HistoryOf, LatestOffsetsSource, MaxIdSource, Planner
 from offset_assets.ranges.planners.data_range import (
     CONSUMED,
     DEFAULT_MAX_RANGE_SIZE,
@@ -66,12 +67,11 @@ from offset_assets.ranges.planners.kafka_offsets import (
 from offset_assets.ranges.planners.time_window import TimeWindowPlanner
 from offset_assets.ranges.planners.upstream import UpstreamPlanner
 
-Planner = TimeWindowPlanner | AutoIncrementIdPlanner | KafkaOffsetPlanner | UpstreamPlanner
-
 __all__ = [
     "CONSUMED", "DEFAULT_MAX_RANGES_PER_PLAN", "DEFAULT_MAX_RANGE_SIZE", "EARLIEST", "REVERTED", "SUCCESS",
     "TIME_FORMAT",
-    "AutoIncrementIdPlanner", "Backlog", "DataRange", "KafkaOffsetPlanner", "LoggedRange", "PlanInputs", "Planner",
+    "AutoIncrementIdPlanner", "Backlog", "DataRange", "HistoryOf", "KafkaOffsetPlanner", "LatestOffsetsSource",
+    "LoggedRange", "MaxIdSource", "PlanInputs", "Planner",
     "RangeKind", "TimeWindowPlanner", "UpstreamPlanner", "check_order", "committed_pointer", "format_time",
     "kafka_has_new_messages", "kafka_offsets_json", "parse_kafka_offsets", "parse_time", "pending_ranges",
     "recorded_end",

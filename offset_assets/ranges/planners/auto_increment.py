@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from offset_assets.ranges.errors import PlanningError
+from offset_assets.ranges.planners.contract import HistoryOf, MaxIdSource
 from offset_assets.ranges.planners.data_range import (
     CONSUMED,
     DEFAULT_MAX_RANGE_SIZE,
@@ -46,6 +49,19 @@ class AutoIncrementIdPlanner:
     def __post_init__(self) -> None:
         check_positive(self, "max_range_size", self.max_range_size)
         check_positive(self, "max_ranges_per_plan", self.max_ranges_per_plan)
+
+    @property
+    def period_minutes(self) -> None:
+        return None
+
+    @property
+    def keyed_range_max_size(self) -> None:
+        return None  # a key names both ends of its id range
+
+    def gather(self, source: object, history_of: HistoryOf, now: datetime | None) -> PlanInputs:
+        if not isinstance(source, MaxIdSource):
+            raise PlanningError(f"id ranges need a source with max_id(), got {type(source).__name__}")
+        return PlanInputs(source_max_id=source.max_id())
 
     def pointer(self, history: Iterable[LoggedRange]) -> str:
         return committed_pointer(history, str(self.default_start), int)

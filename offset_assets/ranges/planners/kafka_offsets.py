@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from offset_assets.ranges.errors import PlanningError
+from offset_assets.ranges.planners.contract import HistoryOf, LatestOffsetsSource
 from offset_assets.ranges.planners.data_range import (
     DataRange,
     LoggedRange,
@@ -72,6 +74,18 @@ class KafkaOffsetPlanner:
 
     def __post_init__(self) -> None:
         check_positive(self, "max_offsets_per_partition", self.max_offsets_per_partition)
+
+    @property
+    def period_minutes(self) -> None:
+        return None
+
+    @property
+    def keyed_range_max_size(self) -> int | None:
+        return self.max_offsets_per_partition
+
+    def gather(self, source: object, history_of: HistoryOf, now: datetime | None) -> PlanInputs:
+        latest = source.latest_offsets() if isinstance(source, LatestOffsetsSource) else None
+        return PlanInputs(latest_offsets=latest)
 
     def pointer(self, history: Iterable[LoggedRange]) -> str:
         default = kafka_offsets_json(parse_kafka_offsets(self.default_start))

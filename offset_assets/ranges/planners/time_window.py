@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from offset_assets.ranges.errors import PlanningError
+from offset_assets.ranges.planners.contract import HistoryOf
 from offset_assets.ranges.planners.data_range import (
     DEFAULT_MAX_RANGES_PER_PLAN,
     Backlog,
@@ -50,6 +51,13 @@ class TimeWindowPlanner:
     @property
     def period_minutes(self) -> int:
         return int(self.period.total_seconds() // 60)
+
+    @property
+    def keyed_range_max_size(self) -> None:
+        return None  # a window is its own bound
+
+    def gather(self, source: object, history_of: HistoryOf, now: datetime | None) -> PlanInputs:
+        return PlanInputs(now=now or datetime.now(UTC))
 
     def pointer(self, history: Iterable[LoggedRange]) -> str:
         return committed_pointer(history, format_time(self.default_start), parse_time)

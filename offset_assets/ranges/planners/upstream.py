@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from offset_assets.ranges.errors import PlanningError
+from offset_assets.ranges.planners.contract import HistoryOf
 from offset_assets.ranges.planners.data_range import CONSUMED, SUCCESS, DataRange, LoggedRange, PlanInputs, RangeKind
 
 
@@ -21,6 +23,17 @@ class UpstreamPlanner:
 
     upstream_job: str
     kind: RangeKind = field(default=RangeKind.UPSTREAM, init=False)
+
+    @property
+    def period_minutes(self) -> None:
+        return None
+
+    @property
+    def keyed_range_max_size(self) -> None:
+        return None  # an upstream range's bounds are its own
+
+    def gather(self, source: object, history_of: HistoryOf, now: datetime | None) -> PlanInputs:
+        return PlanInputs(upstream_history=history_of(self.upstream_job))
 
     def plan(self, history: Sequence[LoggedRange], inputs: PlanInputs) -> list[DataRange]:
         if inputs.upstream_history is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -58,10 +58,18 @@ class SourceBatch:
 
 class RangeSource(Protocol):
     """Reads a range's rows. A source whose ranges may come without an end (ids, Kafka)
-    also has `range_end(data_range) -> str | None`, the end decided now, which the
-    ingestion records in job_log before it reads; without it the end is the one
-    `read_range` reaches."""
+    is also a `RangeEndSource`; a planner may ask more of it (`planners.contract`)."""
 
     source_type: str
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch: ...
+
+
+@runtime_checkable
+class RangeEndSource(Protocol):
+    """A source that decides the end of a range planned without one (the head range of
+    ids or Kafka offsets), now: the ingestion records it in job_log before any row is
+    read; None when the source holds nothing beyond the start. Without it a range's end
+    is the one `read_range` reaches."""
+
+    def range_end(self, data_range: DataRange) -> str | None: ...
