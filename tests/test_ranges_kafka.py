@@ -15,8 +15,8 @@ from offset_assets.ranges.sources.kafka import (
     plan_slices,
     slices_end,
 )
+from offset_assets.ranges.sources.kafka_message_rows import with_values_expanded
 from offset_assets.ranges.sources.kafka_read import MESSAGE_SCHEMA, REDACTED, OffsetSlice, SliceReading, redacted
-from offset_assets.ranges.sources.kafka_values import with_values_expanded
 
 
 def test_a_range_slices_each_partition_from_its_committed_offset_to_the_latest():

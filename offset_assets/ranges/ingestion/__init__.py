@@ -22,7 +22,7 @@ holds nothing. Its rows are committed, but the pointer does not move past the wi
 and once the window has closed the planner runs it again, whole: rows that changed after
 the early run are ingested then, the others create no version.
 
-What a range's rows become (`rows.py`, `writes.py`):
+What a range's rows become (`rows.py`, `malformed_policy.py`, `writes.py`):
 - several rows of one key are reduced to the last by the source's own order
   (`SourceBatch.order`: a Kafka partition's offsets, a declared `order_by` column) in the
   write's own grouping (`versioned.writes.StateOrder`): no Spark job of its own. The

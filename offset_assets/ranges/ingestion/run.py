@@ -24,7 +24,8 @@ from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobSta
 from offset_assets.ranges.claims import Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError
 from offset_assets.ranges.ingestion.job import IngestionJob, is_open_window, plan_ranges
-from offset_assets.ranges.ingestion.rows import read_batch, shape_rows, split_malformed
+from offset_assets.ranges.ingestion.malformed_policy import split_malformed
+from offset_assets.ranges.ingestion.rows import read_batch, shape_rows
 from offset_assets.ranges.ingestion.writes import RangeWrites
 from offset_assets.ranges.planners import (
     DataRange,

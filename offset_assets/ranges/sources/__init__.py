@@ -4,8 +4,9 @@ source class (planned on the driver) and beside it its executor-side read:
 - `sql.py`: `SqlTableSource`, a table read through SQLAlchemy; its slices are read by
   Spark's executors (`sql_read.py`);
 - `kafka.py`: `KafkaSource` (optional extra: `pip install offset-assets[kafka]`); its
-  partitions' slices are read by the executors (`kafka_read.py`), its values expanded
-  into columns (`kafka_values.py`);
+  partitions' slices are read by the executors (`kafka_read.py`: messages as they came),
+  and a message becomes a row in `kafka_message_rows.py` (its value's fields as columns,
+  a tombstone as a delete, a value that does not fit marked);
 - `folder.py`: `FolderSource`, files landing in time-partitioned folders.
 
 What every source hands the ingestion: `batch.py` (`SourceBatch`, `MALFORMED`); the Spark

@@ -17,7 +17,7 @@ copy. `confluent_kafka` is imported only when a broker is contacted.
 `consumer_config` may hold secrets (`sasl.password`, `ssl.key.password`): they reach
 the executors outside the query's plan, and the source's repr shows them redacted.
 
-What the messages mean, with `value_schema` (`kafka_values.py`):
+What the messages mean, with `value_schema` (`kafka_message_rows.py`):
 - the order of a key's messages is its partition's offsets: of several messages of one
   key in a range, the last gives the key's state (`order_by` declares a value column
   that orders them across partitions instead);
@@ -42,6 +42,7 @@ from pyspark.sql import types as T
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, kafka_offsets_json, parse_kafka_offsets
 from offset_assets.ranges.sources.batch import MALFORMED, SourceBatch
+from offset_assets.ranges.sources.kafka_message_rows import with_values_expanded
 from offset_assets.ranges.sources.kafka_read import (
     MESSAGE_SCHEMA,
     READ_SETTINGS,
@@ -50,7 +51,6 @@ from offset_assets.ranges.sources.kafka_read import (
     redacted,
     slices_frame,
 )
-from offset_assets.ranges.sources.kafka_values import with_values_expanded
 from offset_assets.ranges.sources.slice_tasks import read_once
 from offset_assets.versioned.layout import SYS_OP
 from offset_assets.versioned.writes import StateOrder
