@@ -39,7 +39,6 @@ import argparse
 import inspect
 import json
 import os
-import re
 import socket
 import sqlite3
 import subprocess
@@ -61,6 +60,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bench.dagster_runs import profile_table
+from bench.standalone_cluster import spark_ui_in_log
 from offset_assets.control_plane import connect
 from offset_assets.dagster_adapter import (
     IncrementalEngineResource,
@@ -413,14 +413,16 @@ def spark_for(
     log.parent.mkdir()
     server = dev.start_connect_server(log)
     try:
-        ui = re.search(r"started at (http://\S+)", log.read_text())
+        ui = spark_ui_in_log(log.read_text())
         deadline = time.monotonic() + 60
         while ui is None and time.monotonic() < deadline:
             time.sleep(0.5)
-            ui = re.search(r"started at (http://\S+)", log.read_text())
+            ui = spark_ui_in_log(log.read_text())
+        if ui is None:
+            raise RuntimeError(f"the Connect server's log names no UI: {log}")
         remote = f"sc://127.0.0.1:{dev.CONNECT_PORT}"
         get_spark_session(remote=remote)
-        yield {"spark.remote": remote}, ServerJobs(ui.group(1))
+        yield {"spark.remote": remote}, ServerJobs(ui)
     finally:
         dev.stop(server)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,6 +36,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def spark_ui_in_log(text: str) -> str | None:
+    """The UI a Spark driver's log says it started (on loopback), or None yet. Spark 4.3
+    says "Successfully started service 'SparkUI' on port N"; earlier versions "Bound
+    SparkUI to HOST, and started at http://HOST:N"."""
+    found = re.search(r"service 'SparkUI' on port (\d+)|Bound SparkUI to .*started at https?://[^:/]+:(\d+)", text)
+    return None if found is None else f"http://127.0.0.1:{found.group(1) or found.group(2)}"
 
 
 def daemon_env(log_dir: Path) -> dict[str, str]:

@@ -17,7 +17,6 @@ able to carry on.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from bench.standalone_cluster import (
     daemon_env,
     free_port,
     launch,
+    spark_ui_in_log,
     stop_process,
 )
 from offset_assets.class_archive import with_class_archive
@@ -148,10 +148,10 @@ class ConnectServer:
     @property
     def ui(self) -> str:
         """The server's UI, on the port it bound (the one asked for when it was free)."""
-        found = re.search(r"Bound SparkUI to .*started at https?://[^:/]+:(\d+)", self.log_text())
-        if found is None:
+        ui = spark_ui_in_log(self.log_text())
+        if ui is None:
             raise RuntimeError(f"the Connect server's log names no UI: {self.log}")
-        return f"http://127.0.0.1:{found.group(1)}"
+        return ui
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
