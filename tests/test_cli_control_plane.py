@@ -36,6 +36,7 @@ COMMANDS = {
     "jobs": ["jobs"],
     "compact": ["compact", "orders"],
     "cleanup": ["cleanup"],
+    "revert": ["revert", "orders", "--to", "1", "--yes"],
 }
 
 # A bad URL and the start of the one line the CLI prints for it ({tmp}: the working
