@@ -34,7 +34,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from offset_assets.spark_internals import is_connect_session, local_relation_rows
+from offset_assets.spark_internals import connect_arrow_rows, is_connect_session, local_relation_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -168,8 +168,10 @@ def collect_arrow(df: DataFrame, schema: StructType, limit: int) -> pa.Table | N
     target = pa.schema([f.with_nullable(True) for f in to_arrow_schema(schema, timezone="UTC")])
     held = local_rows(df)
     if held is None or is_connect_session(df.sparkSession):
-        rows = (df if held is not None and held <= limit else df.limit(limit + 1)).toArrow()
-        return None if rows.num_rows > limit else rows.select(schema.names).cast(target)
+        bounded = df if held is not None and held <= limit else df.limit(limit + 1)
+        rows = (connect_arrow_rows(bounded, schema.names) if is_connect_session(df.sparkSession)
+                else bounded.toArrow().select(schema.names))
+        return None if rows.num_rows > limit else rows.cast(target)
     if held > limit:
         return None
     rows = collect_instants(df.select(*[F.col(f"`{c}`") for c in schema.names]), schema.names,

@@ -23,7 +23,11 @@ and the log says once which internal was missing:
   None; a run's profile has no driver JVM figures;
 - how many rows a frame of local rows holds (`local_relation_rows`: the analysed plan
   through `DataFrame._jdf`, or a Spark Connect client's plan classes, `_plan`, `_child`,
-  `_table`). Missing: None; the caller counts the rows with a Spark job.
+  `_table`). Missing: None; the caller counts the rows with a Spark job;
+- a Spark Connect frame's rows as the Arrow table the server sent (`connect_arrow_rows`:
+  the client's `DataFrame._to_table`): one round trip, where the public `toArrow` first
+  asks the server to analyse the plan for a schema the caller, who casts to the one it
+  declared, has no use for. Missing: `toArrow()`.
 
 Over Spark Connect the client has no SparkContext: the callers check for one first
 (`spark_jobs.spark_context`).
@@ -201,6 +205,16 @@ def local_relation_rows(df: DataFrame) -> int | None:
                         lambda: _connect_rows(df._plan))
     return _reached("the analysed plan (DataFrame._jdf)", "the caller counts the rows",
                     lambda: _classic_rows(df._jdf.queryExecution().analyzed()))
+
+
+def connect_arrow_rows(df: DataFrame, columns: Sequence[str]) -> Any:
+    """The rows of `df`, a Spark Connect frame, as the `pyarrow.Table` the server sent,
+    its `columns` selected (the caller casts them to the types it declared)."""
+    table = _reached("DataFrame._to_table (Spark Connect)", "toArrow(), which analyses the plan first",
+                     lambda: df._to_table()[0])
+    if table is None or not set(columns) <= set(table.column_names):
+        table = df.toArrow()
+    return table.select(list(columns))
 
 
 def _classic_rows(plan: Any) -> int | None:
