@@ -348,7 +348,7 @@ def idle_checks(plane: database.ControlPlane, probe: Probe, table: str) -> dict[
     questions asked without Spark: an offset sensor's tick (`new_input_commits`) and a
     Dagster step's "anything to do?" (`current_request`, the request of `idle_result`),
     for a transformation whose offset is one delta behind."""
-    from offset_assets.dagster_adapter.sensors import new_input_commits
+    from offset_assets.dagster_adapter.incremental.sensors import new_input_commits
     from offset_assets.engine.pending import current_request
 
     catalog = DeltaCatalog(plane)

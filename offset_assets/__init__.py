@@ -44,12 +44,12 @@ _EXPORTS = {
     "RangeIngestion": "offset_assets.ranges.ingestion",
     # layer 5
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",
-    "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",
+    "OffsetIOManager": "offset_assets.dagster_adapter.incremental.io_manager",
     "SparkSessionResource": "offset_assets.dagster_adapter.spark_resource",
-    "incremental_asset": "offset_assets.dagster_adapter.assets",
-    "incremental_multi_asset": "offset_assets.dagster_adapter.assets",
-    "IncrementalOut": "offset_assets.dagster_adapter.assets",
-    "ingestion_asset": "offset_assets.dagster_adapter.ingestion_assets",
+    "incremental_asset": "offset_assets.dagster_adapter.incremental.assets",
+    "incremental_multi_asset": "offset_assets.dagster_adapter.incremental.assets",
+    "IncrementalOut": "offset_assets.dagster_adapter.incremental.assets",
+    "ingestion_asset": "offset_assets.dagster_adapter.ingestion.assets",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,7 +19,7 @@ from offset_assets.cli import main
 from offset_assets.control_plane.offset_resets import OffsetResets
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.dagster_adapter import OffsetStore, incremental_asset
-from offset_assets.dagster_adapter.run_report import iso_utc
+from offset_assets.dagster_adapter.incremental.run_report import iso_utc
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources, three_posts
 

@@ -27,7 +27,7 @@ from typing import Any
 import dagster as dg
 
 from offset_assets.dagster_adapter.asset_spec import FailedKeysPolicy, IncrementalAsset, IncrementalOutput
-from offset_assets.dagster_adapter.backfill import OFFSETS_RESET_TAG_PREFIX
+from offset_assets.dagster_adapter.incremental.backfill import OFFSETS_RESET_TAG_PREFIX
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.vocabulary import RunMode
 

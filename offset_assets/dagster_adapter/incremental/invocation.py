@@ -38,10 +38,10 @@ from pyspark.sql import DataFrame
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset
-from offset_assets.dagster_adapter.backfill import tag_reset_reason
-from offset_assets.dagster_adapter.definition_checks import run_start_problems
-from offset_assets.dagster_adapter.downstream_work import downstream_work
-from offset_assets.dagster_adapter.run_report import RunReport, report_output, run_events
+from offset_assets.dagster_adapter.incremental.backfill import tag_reset_reason
+from offset_assets.dagster_adapter.incremental.definition_checks import run_start_problems
+from offset_assets.dagster_adapter.incremental.downstream_work import downstream_work
+from offset_assets.dagster_adapter.incremental.run_report import RunReport, report_output, run_events
 from offset_assets.engine.pending import idle_result
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.run import TransformationRun

@@ -38,7 +38,7 @@ from offset_assets.control_plane.failures import FailedDeltas
 from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_incremental
-from offset_assets.dagster_adapter.run_report import iso_utc
+from offset_assets.dagster_adapter.incremental.run_report import iso_utc
 from offset_assets.engine.pending import idle_result
 from offset_assets.engine.vocabulary import ChangeDetection
 
