@@ -37,6 +37,7 @@ _EXPORTS = {
     "RunMode": "offset_assets.engine.vocabulary",
     "RunRequest": "offset_assets.engine.vocabulary",
     "CommitMode": "offset_assets.engine.vocabulary",
+    "OnFailedKeys": "offset_assets.engine.vocabulary",
     "RunProfile": "offset_assets.run_profile",
     "ChangeDetection": "offset_assets.engine.vocabulary",
     # layer 4

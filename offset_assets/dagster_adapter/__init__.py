@@ -22,6 +22,7 @@ _EXPORTS = {
     "IncrementalRunConfig": "offset_assets.dagster_adapter.incremental.assets",
     "ChangeDetection": "offset_assets.engine.vocabulary",
     "CommitMode": "offset_assets.engine.vocabulary",
+    "OnFailedKeys": "offset_assets.engine.vocabulary",
     "incremental_metadata": "offset_assets.dagster_adapter.asset_spec",
     "table_metadata": "offset_assets.dagster_adapter.asset_spec",
     "resolve_incremental": "offset_assets.dagster_adapter.asset_spec",

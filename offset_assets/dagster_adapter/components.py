@@ -58,7 +58,6 @@ from offset_assets.dagster_adapter.component_models import (
     Columns,
     ColumnsOrSchema,
     OffsetChecksModel,
-    OnFailedKeys,
     OutModel,
     PlannerModel,
     SourceModel,
@@ -71,7 +70,7 @@ from offset_assets.dagster_adapter.incremental.checks import build_offset_checks
 from offset_assets.dagster_adapter.ingestion.assets import ingestion_asset
 from offset_assets.dagster_adapter.ingestion.schedule import build_ingestion_schedule
 from offset_assets.dagster_adapter.ingestion.sensor import build_ingestion_sensor
-from offset_assets.engine.vocabulary import ChangeDetection, CommitMode
+from offset_assets.engine.vocabulary import ChangeDetection, CommitMode, OnFailedKeys
 from offset_assets.ranges.ingestion import DEFAULT_MAX_MALFORMED_SHARE, IngestionJob, OnMalformed, TargetTable
 from offset_assets.ranges.planners import TimeWindowPlanner
 
@@ -149,7 +148,7 @@ class _TransformationFields(dg.Model):
     batch_size: int | None = None
     commit_mode: CommitMode = CommitMode.end
     change_detection: ChangeDetection = ChangeDetection.v2
-    on_failed_keys: OnFailedKeys = "raise"
+    on_failed_keys: OnFailedKeys = OnFailedKeys.RAISE
     on_input_commits: bool = False
     checks: Annotated[OffsetChecksModel | None, parsed(OffsetChecksModel, "checks")] = OffsetChecksModel()
     group_name: str | None = None
