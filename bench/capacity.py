@@ -346,9 +346,9 @@ def catalog_part(url: str, probe: Probe, backend: str) -> dict[str, Any]:
 def idle_checks(plane: database.ControlPlane, probe: Probe, table: str) -> dict[str, Any]:
     """What the control plane answers, with thousands of deltas in the input, to the two
     questions asked without Spark: an offset sensor's tick (`new_input_commits`) and a
-    Dagster step's "anything to do?" (`current_request`, the request of `idle_result`),
+    Dagster step's "anything to do?" (`current_request`, the request of `pending_work`),
     for a transformation whose offset is one delta behind."""
-    from offset_assets.dagster_adapter.sensors import new_input_commits
+    from offset_assets.dagster_adapter.incremental.sensors import new_input_commits
     from offset_assets.engine.pending import current_request
 
     catalog = DeltaCatalog(plane)

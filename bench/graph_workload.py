@@ -69,7 +69,7 @@ from offset_assets.dagster_adapter import (
     incremental_asset,
     ingestion_asset,
 )
-from offset_assets.dagster_adapter.ingestion_sensor import plan_range_partitions
+from offset_assets.dagster_adapter.ingestion.sensor import plan_range_partitions
 from offset_assets.ranges.ingestion import IngestionJob, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource

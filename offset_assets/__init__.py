@@ -37,6 +37,7 @@ _EXPORTS = {
     "RunMode": "offset_assets.engine.vocabulary",
     "RunRequest": "offset_assets.engine.vocabulary",
     "CommitMode": "offset_assets.engine.vocabulary",
+    "OnFailedKeys": "offset_assets.engine.vocabulary",
     "RunProfile": "offset_assets.run_profile",
     "ChangeDetection": "offset_assets.engine.vocabulary",
     # layer 4
@@ -44,12 +45,12 @@ _EXPORTS = {
     "RangeIngestion": "offset_assets.ranges.ingestion",
     # layer 5
     "OffsetStore": "offset_assets.dagster_adapter.offset_store",
-    "OffsetIOManager": "offset_assets.dagster_adapter.io_manager",
+    "OffsetIOManager": "offset_assets.dagster_adapter.incremental.io_manager",
     "SparkSessionResource": "offset_assets.dagster_adapter.spark_resource",
-    "incremental_asset": "offset_assets.dagster_adapter.assets",
-    "incremental_multi_asset": "offset_assets.dagster_adapter.assets",
-    "IncrementalOut": "offset_assets.dagster_adapter.assets",
-    "ingestion_asset": "offset_assets.dagster_adapter.ingestion_assets",
+    "incremental_asset": "offset_assets.dagster_adapter.incremental.assets",
+    "incremental_multi_asset": "offset_assets.dagster_adapter.incremental.assets",
+    "IncrementalOut": "offset_assets.dagster_adapter.incremental.assets",
+    "ingestion_asset": "offset_assets.dagster_adapter.ingestion.assets",
 }
 
 __all__ = sorted(_EXPORTS)

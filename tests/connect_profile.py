@@ -24,7 +24,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from bench.posts_world import POSTS, World, make_world
 from offset_assets.control_plane import connect
-from offset_assets.dagster_adapter.run_report import run_metadata
+from offset_assets.dagster_adapter.incremental.run_report import run_metadata
 from offset_assets.engine import IncrementalEngine
 from offset_assets.local_frames import local_rows
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable

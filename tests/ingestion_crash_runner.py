@@ -56,7 +56,7 @@ def main(db_url: str, warehouse: str, kind: str, source: str, point: str) -> Non
         import dagster as dg
 
         from offset_assets.dagster_adapter import OffsetStore
-        from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
+        from offset_assets.dagster_adapter.ingestion.assets import ingestion_asset
         from tests.dagster_resources import engine_resources
 
         asset = ingestion_asset(customers_job(source))

@@ -10,6 +10,7 @@ from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructFi
 
 from offset_assets.dagster_adapter import (
     IncrementalOut,
+    OnFailedKeys,
     incremental_asset,
     incremental_metadata,
     incremental_multi_asset,
@@ -158,6 +159,15 @@ def test_the_error_names_the_asset_it_is_given():
 
 def test_a_valid_definition_is_declared():
     assert declare().key == dg.AssetKey("enriched_posts")
+
+
+def test_the_failed_keys_policy_is_its_enum_or_the_string_users_write_and_is_stored_as_the_string():
+    key = dg.AssetKey("enriched_posts")
+    stored = [declare(on_failed_keys=policy).metadata_by_key[key]["offset_assets/incremental"]
+              for policy in (OnFailedKeys.WARN, "warn")]
+
+    assert [(type(raw["on_failed_keys"]), raw["on_failed_keys"]) for raw in stored] == [(str, "warn"), (str, "warn")]
+    assert IncrementalSpec.from_metadata({"offset_assets/incremental": stored[0]}).on_failed_keys == OnFailedKeys.WARN
 
 
 def test_a_single_asset_missing_its_primary_key_is_refused_naming_the_asset():

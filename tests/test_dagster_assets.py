@@ -25,8 +25,8 @@ from offset_assets.dagster_adapter import (
     incremental_metadata,
     table_metadata,
 )
-from offset_assets.dagster_adapter.assets import ChangeDetection, IncrementalRunConfig
-from offset_assets.dagster_adapter.run_report import iso_utc
+from offset_assets.dagster_adapter.incremental.assets import ChangeDetection, IncrementalRunConfig
+from offset_assets.dagster_adapter.incremental.run_report import iso_utc
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources
 

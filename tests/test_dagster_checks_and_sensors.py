@@ -29,10 +29,10 @@ from offset_assets.dagster_adapter import (
     incremental_asset,
     is_reset_run,
     on_input_commits,
-    sensors,
 )
 from offset_assets.dagster_adapter.asset_spec import resolve_incremental
-from offset_assets.dagster_adapter.checks import (
+from offset_assets.dagster_adapter.incremental import sensors
+from offset_assets.dagster_adapter.incremental.checks import (
     DEFAULT_ERROR_AFTER_S,
     DEFAULT_WARN_AFTER_S,
     backlog_result,

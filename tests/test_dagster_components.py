@@ -27,6 +27,7 @@ from offset_assets.control_plane import database
 from offset_assets.dagster_adapter import (
     IncrementalAssetComponent,
     IngestionJobComponent,
+    OnFailedKeys,
     ingest_due_ranges,
     load_defs_folder,
 )
@@ -278,3 +279,16 @@ checks: null
 """)
     defs = component.build_defs(dg.ComponentTree.for_test().load_context)
     assert [a.key for a in defs.assets] == [dg.AssetKey("revenue_by_country")] and not defs.asset_checks
+
+
+def test_on_failed_keys_in_yaml_is_the_string_the_python_form_takes():
+    component = IncrementalAssetComponent.resolve_from_yaml("""
+function: examples.components.shop.shop_components.defs.revenue_by_country.transform.revenue_by_country
+transform_keys: [country]
+primary_key: [country]
+columns: {country: string not null, orders: long not null, revenue_cents: long not null}
+on_failed_keys: warn
+""")
+    [asset] = component.build_defs(dg.ComponentTree.for_test().load_context).assets
+    stored = asset.metadata_by_key[dg.AssetKey("revenue_by_country")][SPEC_KEY]
+    assert (component.on_failed_keys, stored["on_failed_keys"]) == (OnFailedKeys.WARN, "warn")

@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame
 from bench.posts_world import ENRICHED, STATS, count_posts, enrich
 from offset_assets.dagster_adapter import OffsetStore, incremental_asset, on_input_commits
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.pending import idle_result
+from offset_assets.engine.pending import PendingWork, pending_work
+from offset_assets.engine.vocabulary import WorkReason
 from offset_assets.spark_jobs import count_spark_jobs
 from tests.dagster_resources import engine_resources, three_posts
 
@@ -87,25 +88,35 @@ def test_the_control_plane_answer_is_the_result_an_engine_run_would_report_but_c
     engine = IncrementalEngine(world.spark, world.posts.plane)
     t = world.enriched_transformation(transformation_id="enriched_posts")
     names = ["posts", "profiles"]
-    assert idle_result(world.posts.plane, "enriched_posts", names, ["enriched_posts"], "r0") is None  # first run
+
+    def work() -> PendingWork:
+        return pending_work(world.posts.plane, "enriched_posts", names, ["enriched_posts"])
+
+    assert (work().reason, work().request) == (WorkReason.first_run, None)
     engine.run_full(t)
     world.write_profiles([(2, "bob")])  # leaves the row as it is: no version, no work
-    answered = idle_result(world.posts.plane, "enriched_posts", names, ["enriched_posts"], "r1")
+    answer = work()
+    answered = answer.idle_result(world.posts.plane, "r1")
 
     ran = engine.run_full(t, run_id="r1")
 
-    assert answered is not None and ran.changed_keys == 0
+    assert answer.is_idle and ran.changed_keys == 0
     for field in ("process_ts", "snapshot_deltas", "offsets_before", "changed_keys", "processed_keys",
-                  "rows_read", "rows_written", "deltas", "change_detection", "mode"):
+                  "rows_read", "rows_written", "deltas", "change_detection", "mode", "run_id"):
         assert getattr(answered, field) == getattr(ran, field), field
     # The run moved the profiles offset over the empty delta; the answer commits nothing.
     assert answered.offsets_after == answered.offsets_before
     assert ran.offsets_after == {**ran.offsets_before, "profiles": world.profiles.last_committed().commit_ts}
     world.write_posts([(12, 2, "c2")])
-    assert idle_result(world.posts.plane, "enriched_posts", names, ["enriched_posts"], "r2") is None
+    assert work().reason == WorkReason.new_commits
     engine.request_reprocess(t)
+    requested = work()
+    assert (requested.reason, requested.reprocess_requested_at is not None) == (WorkReason.reprocess_requested, True)
     engine.run_full(t)
-    assert idle_result(world.posts.plane, "enriched_posts", names, ["enriched_posts"], "r3") is not None
+    assert work().is_idle
+    engine.reset_offsets(t, "profiles")
+    reset = work()
+    assert (reset.reason, reset.reset_inputs) == (WorkReason.offsets_reset, ("profiles",))
 
 
 def test_a_run_whose_output_kept_every_row_is_an_observation_and_wakes_no_automation(world, resources):

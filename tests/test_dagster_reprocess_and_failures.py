@@ -20,7 +20,7 @@ from bench.posts_world import ENRICHED, STATS, count_posts, enrich, rows_of
 from offset_assets.cli import main
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.dagster_adapter import OffsetStore, incremental_asset, incremental_metadata
-from offset_assets.dagster_adapter.run_report import iso_utc
+from offset_assets.dagster_adapter.incremental.run_report import iso_utc
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.vocabulary import RunMode

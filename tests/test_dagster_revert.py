@@ -10,7 +10,7 @@ import pytest
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.dagster_adapter import OffsetStore, RevertConfig, revert_job
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_asset
 from tests.dagster_resources import engine_resources
 from tests.test_ingestion_dagster import add_customer, daily_job, execute, table_state
 

@@ -15,14 +15,14 @@ from offset_assets.control_plane import connect, database
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.dagster_adapter import OffsetStore, ingest_due_ranges, on_input_commits
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
-from offset_assets.dagster_adapter.ingestion_schedule import build_ingestion_schedule
-from offset_assets.dagster_adapter.ingestion_sensor import build_ingestion_sensor, evaluate_ingestion_sensor
-from offset_assets.dagster_adapter.partitions import (
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_asset
+from offset_assets.dagster_adapter.ingestion.partitions import (
     period_cron,
     range_from_partition_key,
     range_partition_key,
 )
+from offset_assets.dagster_adapter.ingestion.schedule import build_ingestion_schedule
+from offset_assets.dagster_adapter.ingestion.sensor import build_ingestion_sensor, evaluate_ingestion_sensor
 from offset_assets.ranges.errors import PlanningError
 from offset_assets.ranges.ingestion import IngestionJob, TargetTable
 from offset_assets.ranges.planners import (

@@ -22,7 +22,7 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.delta_catalog import HotDeltaHeldError
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.dagster_adapter import OffsetStore
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_asset
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable

@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.dagster_adapter import OffsetStore
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_asset
 from offset_assets.ranges.errors import IngestionError, PlanningError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner, DataRange, KafkaOffsetPlanner, RangeKind

@@ -93,7 +93,7 @@ def load_definitions(module_name: str, project: Path) -> dg.Definitions:
 
 def ingestion_assets(defs: dg.Definitions) -> dict[str, tuple[dg.AssetsDefinition, Any]]:
     """The ingestion assets of `defs` by user key, with the `IngestionJob` each was built from."""
-    from offset_assets.dagster_adapter.ingestion_assets import ingestion_job_of
+    from offset_assets.dagster_adapter.ingestion.assets import ingestion_job_of
 
     found = {}
     for key in defs.resolve_all_asset_keys():
@@ -145,7 +145,7 @@ def plan_command(obj: dict[str, Any], asset: str, module_name: str | None, limit
     import dagster as dg
 
     from offset_assets.control_plane.database import connect
-    from offset_assets.dagster_adapter.ingestion_sensor import plan_range_partitions
+    from offset_assets.dagster_adapter.ingestion.sensor import plan_range_partitions
 
     project = Path.cwd()
     module_name = definitions_module(module_name, project)

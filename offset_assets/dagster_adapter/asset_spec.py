@@ -28,19 +28,24 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 
 from offset_assets.engine.transformation import narrow_primary_key
-from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, CommitModeLike
+from offset_assets.engine.vocabulary import (
+    ChangeDetection,
+    ChangeDetectionLike,
+    CommitMode,
+    CommitModeLike,
+    OnFailedKeys,
+    OnFailedKeysLike,
+)
 from offset_assets.versioned.table_schema import column_name_problems
 
 SPEC_KEY = "offset_assets/incremental"
 TABLE_KEY = "offset_assets/table"
 COLUMN_SCHEMA_KEY = "dagster/column_schema"  # Dagster's own key: the UI shows the columns
-
-FailedKeysPolicy = Literal["raise", "warn"]
 
 
 def table_name_for(asset_key: dg.AssetKey) -> str:
@@ -68,7 +73,7 @@ class IncrementalSpec:
     batch_size: int | None = None
     commit_mode: CommitModeLike = CommitMode.end
     change_detection: ChangeDetectionLike = ChangeDetection.v2
-    on_failed_keys: FailedKeysPolicy = "raise"
+    on_failed_keys: OnFailedKeysLike = OnFailedKeys.RAISE
     transformation_id: str | None = None
     asset: str | None = field(default=None, compare=False)
 
@@ -94,7 +99,7 @@ class IncrementalSpec:
         primary-key column is accepted, as the table accepts it: NULL is a key there, like
         any other value."""
         problems = [f"{option} must be one of {allowed}, got {value!r}" for option, value, allowed in (
-            ("on_failed_keys", self.on_failed_keys, ("raise", "warn")),
+            ("on_failed_keys", self.on_failed_keys, tuple(m.value for m in OnFailedKeys)),
             ("commit_mode", self.commit_mode, tuple(m.value for m in CommitMode)),
             ("change_detection", self.change_detection, tuple(m.value for m in ChangeDetection)),
         ) if value not in allowed]
@@ -131,7 +136,7 @@ class IncrementalSpec:
                 "batch_size": self.batch_size,
                 "commit_mode": str(self.commit_mode),
                 "change_detection": str(self.change_detection),
-                "on_failed_keys": self.on_failed_keys,
+                "on_failed_keys": str(self.on_failed_keys),
                 # Only on multi-asset outputs: a single asset's id is its key.
                 **({"transformation_id": self.transformation_id} if self.transformation_id else {}),
             }
@@ -153,7 +158,7 @@ class IncrementalSpec:
             batch_size=raw.get("batch_size"),
             commit_mode=raw.get("commit_mode", CommitMode.end),
             change_detection=raw.get("change_detection", ChangeDetection.v2),
-            on_failed_keys=raw.get("on_failed_keys", "raise"),
+            on_failed_keys=raw.get("on_failed_keys", OnFailedKeys.RAISE),
             transformation_id=raw.get("transformation_id"),
             asset=asset,
         )
@@ -248,7 +253,7 @@ def incremental_metadata(
     schema: Any,
     join_keys: Mapping[str, Mapping[str, str]] | None = None,
     change_detection: ChangeDetectionLike = ChangeDetection.v2,
-    on_failed_keys: FailedKeysPolicy = "raise",
+    on_failed_keys: OnFailedKeysLike = OnFailedKeys.RAISE,
 ) -> dict[str, Any]:
     """Definition metadata that makes a plain `@dg.asset` incremental through the
     `OffsetIOManager` (its inputs are the asset's own inputs). `schema` is a Spark

@@ -32,7 +32,7 @@ import dagster as dg
 from dagster.components.resolved.errors import ResolutionException
 from pydantic import TypeAdapter, ValidationError
 
-from offset_assets.dagster_adapter.definition_checks import validate_definitions
+from offset_assets.dagster_adapter.incremental.definition_checks import validate_definitions
 from offset_assets.errors import OffsetAssetsError
 
 M = TypeVar("M")

@@ -14,7 +14,7 @@ so that what it refuses names the YAML key (`component_loading.declared_at`).
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
@@ -293,8 +293,6 @@ class OffsetChecksModel(dg.Model):
     error_backlog_versions: int | None = None
     error_backlog_age_s: float | None = None
 
-
-OnFailedKeys = Literal["raise", "warn"]
 
 
 def given_fields(model: dg.Model, include: set[str] | None = None, exclude: Sequence[str] = ()) -> dict[str, Any]:

@@ -53,25 +53,24 @@ from typing import Annotated, Any
 import dagster as dg
 from pydantic import Field
 
-from offset_assets.dagster_adapter.assets import IncrementalOut, incremental_asset, incremental_multi_asset
-from offset_assets.dagster_adapter.automation import on_input_commits
-from offset_assets.dagster_adapter.checks import build_offset_checks
 from offset_assets.dagster_adapter.component_loading import DeclaredInYaml, declared_at, import_function, parsed
 from offset_assets.dagster_adapter.component_models import (
     Columns,
     ColumnsOrSchema,
     OffsetChecksModel,
-    OnFailedKeys,
     OutModel,
     PlannerModel,
     SourceModel,
     TargetModel,
     given_fields,
 )
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_asset
-from offset_assets.dagster_adapter.ingestion_schedule import build_ingestion_schedule
-from offset_assets.dagster_adapter.ingestion_sensor import build_ingestion_sensor
-from offset_assets.engine.vocabulary import ChangeDetection, CommitMode
+from offset_assets.dagster_adapter.incremental.assets import IncrementalOut, incremental_asset, incremental_multi_asset
+from offset_assets.dagster_adapter.incremental.automation import on_input_commits
+from offset_assets.dagster_adapter.incremental.checks import build_offset_checks
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_asset
+from offset_assets.dagster_adapter.ingestion.schedule import build_ingestion_schedule
+from offset_assets.dagster_adapter.ingestion.sensor import build_ingestion_sensor
+from offset_assets.engine.vocabulary import ChangeDetection, CommitMode, OnFailedKeys
 from offset_assets.ranges.ingestion import DEFAULT_MAX_MALFORMED_SHARE, IngestionJob, OnMalformed, TargetTable
 from offset_assets.ranges.planners import TimeWindowPlanner
 
@@ -149,7 +148,7 @@ class _TransformationFields(dg.Model):
     batch_size: int | None = None
     commit_mode: CommitMode = CommitMode.end
     change_detection: ChangeDetection = ChangeDetection.v2
-    on_failed_keys: OnFailedKeys = "raise"
+    on_failed_keys: OnFailedKeys = OnFailedKeys.RAISE
     on_input_commits: bool = False
     checks: Annotated[OffsetChecksModel | None, parsed(OffsetChecksModel, "checks")] = OffsetChecksModel()
     group_name: str | None = None

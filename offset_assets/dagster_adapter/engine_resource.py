@@ -6,7 +6,7 @@ plane (through the `OffsetStore` it nests), the Spark session (through dagster-p
 it as a parameter, the way dagster-dbt's assets take a `DbtCliResource`, and it makes
 their invocations as `DbtCliResource.cli` makes a `DbtCliInvocation`:
 `incremental_invocation` (`invocation.py`, the body of `incremental_asset`),
-`ingestion_invocation` (`ingestion_invocation.py`, the body of `ingestion_asset`) and
+`ingestion_invocation` (`ingestion/invocation.py`, the body of `ingestion_asset`) and
 `step_invocation` (the `OffsetIOManager`'s, for a plain `@dg.asset` whose body is the
 transformation). A hand-written body may also drive the engine itself:
 
@@ -40,8 +40,8 @@ from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.control_plane.leases import DEFAULT_TTL_S
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
-from offset_assets.dagster_adapter.ingestion_invocation import IngestionInvocation, with_dagster_claims
-from offset_assets.dagster_adapter.invocation import IncrementalInvocation, StepInvocation
+from offset_assets.dagster_adapter.incremental.invocation import IncrementalInvocation, StepInvocation
+from offset_assets.dagster_adapter.ingestion.invocation import IngestionInvocation, with_dagster_claims
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine import IncrementalEngine

@@ -27,8 +27,8 @@ from pydantic import Field
 
 from offset_assets.control_plane.job_log import JobRecord
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_job_of
-from offset_assets.dagster_adapter.partitions import range_partition_key, time_partition_key
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_job_of
+from offset_assets.dagster_adapter.ingestion.partitions import range_partition_key, time_partition_key
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.ranges.planners import DataRange, RangeKind
 from offset_assets.versioned.revert import (

@@ -6,6 +6,7 @@ run without reading the control plane or the tables again."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from offset_assets.engine.vocabulary import ChangeDetection, CommitMode, RunMode
@@ -71,6 +72,27 @@ class RunResult:
     # Where the time went: the driver's wall time and the Spark jobs by phase (`run_profile.py`);
     # None for a run that did not start (nothing to do).
     profile: RunProfile | None = None
+
+    @classmethod
+    def at_snapshot(cls, transformation_id: str, run_id: str, snapshot_deltas: Mapping[str, int],
+                    process_ts: float, offsets_before: Mapping[str, float], input_commit_ts: Mapping[str, float],
+                    *, mode: RunMode, change_detection: ChangeDetection, commit_mode: CommitMode,
+                    started_at: float | None) -> RunResult:
+        """The result of a run as its snapshot (each input's last delta, the commit clock)
+        and the offsets it read make it, before it did anything: a run adds what it does;
+        a run with nothing to do ends here (`PendingWork.idle_result`)."""
+        return cls(
+            transformation_id=transformation_id,
+            run_id=run_id,
+            mode=mode,
+            change_detection=change_detection,
+            commit_mode=commit_mode,
+            process_ts=process_ts,
+            snapshot_deltas=dict(snapshot_deltas),
+            offsets_before=dict(offsets_before),
+            input_commit_ts=dict(input_commit_ts),
+            started_at=started_at,
+        )
 
     @property
     def succeeded(self) -> bool:

@@ -153,20 +153,14 @@ class TransformationRun:
         # We hold the lease: a hot delta an earlier run of t left belongs to a crashed run.
         discard_dead_hot_deltas([*t.outputs, self.meta], t.transformation_id)
         self.state = state = RunState.read(self.engine, t, self.request.mode, self.change_detection)
-        self.result = RunResult(
-            transformation_id=t.transformation_id,
-            run_id=self.run_id,
-            mode=self._mode(state),
-            change_detection=self.change_detection,
-            commit_mode=t.commit_mode,
-            process_ts=state.snapshot.process_ts,
-            snapshot_deltas=dict(state.snapshot.deltas),
-            offsets_before=dict(state.offsets_before),
+        self.result = RunResult.at_snapshot(
+            t.transformation_id, self.run_id, state.snapshot.deltas, state.snapshot.process_ts,
+            state.offsets_before, state.snapshot_commit_ts,
+            mode=self._mode(state), change_detection=self.change_detection, commit_mode=t.commit_mode,
             started_at=self._started_at,
         )
         self.result.offsets_reset = dict(state.offsets_reset)
         self.result.offsets_reset_at = state.offsets_reset_at
-        self.result.input_commit_ts = dict(state.snapshot_commit_ts)
         self.result.reprocess_requested_at = state.requested_at
         self.result.requested = self.request.mode
         for name, rows in state.output_rows.items():

@@ -1,6 +1,8 @@
 """The words a user, the engine and the Dagster adapter share, each defined here once:
 how a run finds its changed keys (`ChangeDetection`), when it commits (`CommitMode`),
-and what a run is asked to do (`RunRequest`, of a `RunMode`).
+what a step does with failed keys (`OnFailedKeys`),
+what a run is asked to do (`RunRequest`, of a `RunMode`), and why a transformation has
+work before its run starts (`WorkReason`).
 
 In the engine layer, free of Spark and Dagster, so that every layer above imports it;
 `offset_assets` and `offset_assets.dagster_adapter` re-export the names users write.
@@ -39,8 +41,20 @@ class CommitMode(StrEnum):
     batch = "batch"
 
 
+class OnFailedKeys(StrEnum):
+    """What an incremental asset's step does when keys fail (the function raised for
+    their batch): `RAISE` fails the step (the default), `WARN` logs a warning and lets the
+    materialization stand; either way the keys are recorded as failed and retried by later
+    runs. Upper-case members, as ingestion's `OnMalformed`: the two failure policies read
+    alike (and `raise` is a Python keyword)."""
+
+    RAISE = "raise"
+    WARN = "warn"
+
+
 ChangeDetectionLike = ChangeDetection | Literal["v2", "v1"]
 CommitModeLike = CommitMode | Literal["end", "batch"]
+OnFailedKeysLike = OnFailedKeys | Literal["raise", "warn"]
 
 
 def change_detection_of(value: object, transformation_id: str) -> ChangeDetection:
@@ -88,6 +102,20 @@ class RunMode(StrEnum):
         """A run that reads every input from the start: its first commit resets the
         offsets (a reprocess, a rescan)."""
         return self in (RunMode.reprocess, RunMode.rescan)
+
+
+class WorkReason(StrEnum):
+    """Why an incremental (v2) run of a transformation started now has work, as the
+    control plane alone shows it (`engine/pending.py`); the first that holds, in this
+    order: its first run (an output or its meta not in the catalog yet), a pending
+    reprocess request, failed keys listed for a retry, an input whose offset was reset,
+    input commits beyond the offsets."""
+
+    first_run = "first_run"
+    reprocess_requested = "reprocess_requested"
+    failed_keys = "failed_keys"
+    offsets_reset = "offsets_reset"
+    new_commits = "new_commits"
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class IndexRequest:
     failed_since: float | None = None
     reprocess_ts: float | None = None
     meta_deltas: Sequence[DeltaInfo] | None = None
+    # The wall clock at which the pending reprocess request was made, when the request
+    # was built from it (`pending.current_request`): what a step names the request by.
+    reprocess_requested_at: float | None = None
 
     def meta_listing(self, meta: VersionedTable) -> list[DeltaInfo]:
         """The meta's committed deltas: the run's listing, or the catalog's now."""

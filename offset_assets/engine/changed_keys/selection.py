@@ -24,6 +24,7 @@ from offset_assets.engine.changed_keys.index import compute_changed_index
 from offset_assets.engine.changed_keys.request import IndexRequest
 from offset_assets.engine.errors import TransformationOutputError
 from offset_assets.engine.transformation import Transformation
+from offset_assets.engine.vocabulary import CommitMode
 from offset_assets.local_frames import collect_instants, timestamp_columns
 from offset_assets.versioned.caching import storage_level
 from offset_assets.versioned.table import VersionedTable
@@ -70,7 +71,8 @@ def select_keys(t: Transformation, meta: VersionedTable, request: IndexRequest |
         if index.most_rows is None and rows.count() <= limit:
             collected = collect_index(rows, columns, key_types)
             return SelectedKeys(local_from_rows(columns, collected, t.batch_size), deltas_read)
-        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size, with_min_ts=t.commit_mode == "batch",
+        return SelectedKeys(distributed_from_rows(columns, rows, t.batch_size,
+                                                  with_min_ts=t.commit_mode == CommitMode.batch,
                                                   broadcast_limit=limit, nullable=t.nullable_keys))
     finally:
         rows.unpersist()

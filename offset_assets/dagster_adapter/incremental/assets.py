@@ -34,7 +34,7 @@ Run controls, all visible in the Dagster UI:
 - a reprocess request made outside Dagster (`offset-assets reprocess`): the next regular
   run reprocesses every key and is reported as a `reprocess` naming the request.
 Every materialization carries the run's metadata (`run_report.run_metadata`); failed keys
-fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`).
+fail the step (`on_failed_keys="raise"`, default) or log a warning (`"warn"`; `OnFailedKeys`).
 """
 
 # No `from __future__ import annotations`: Dagster inspects the decorated functions'
@@ -50,7 +50,6 @@ from pydantic import Field
 from pyspark.sql import DataFrame
 
 from offset_assets.dagster_adapter.asset_spec import (
-    FailedKeysPolicy,
     IncrementalAsset,
     IncrementalSpec,
     resolve_incremental,
@@ -60,7 +59,14 @@ from offset_assets.dagster_adapter.asset_spec import (
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.engine.transformation import TransformFunction
-from offset_assets.engine.vocabulary import ChangeDetection, ChangeDetectionLike, CommitMode, CommitModeLike
+from offset_assets.engine.vocabulary import (
+    ChangeDetection,
+    ChangeDetectionLike,
+    CommitMode,
+    CommitModeLike,
+    OnFailedKeys,
+    OnFailedKeysLike,
+)
 
 
 class IncrementalRunConfig(dg.Config):
@@ -106,7 +112,7 @@ def incremental_asset(
     batch_size: int | None = None,
     commit_mode: CommitModeLike = CommitMode.end,
     change_detection: ChangeDetectionLike = ChangeDetection.v2,
-    on_failed_keys: FailedKeysPolicy = "raise",
+    on_failed_keys: OnFailedKeysLike = OnFailedKeys.RAISE,
     name: str | None = None,
     key_prefix: str | Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -122,7 +128,7 @@ def incremental_asset(
     ins: parameter name -> upstream asset key, when they differ (default: the name).
     join_keys: parameter name -> {primary_col: reference_col} for reference inputs.
     batch_size, commit_mode ("end" | "batch"), change_detection ("v2" | "v1"): engine
-        options; on_failed_keys: "raise" (fail the step) or "warn".
+        options; on_failed_keys: "raise" (fail the step) or "warn" (`OnFailedKeys`).
     io_manager_key: the `OffsetIOManager` serving the asset's table to downstream assets.
     deps: more upstream assets, for lineage and automation only: an asset that writes
         into an input's table under another name (the reference project's
@@ -171,7 +177,7 @@ def incremental_multi_asset(
     batch_size: int | None = None,
     commit_mode: CommitModeLike = CommitMode.end,
     change_detection: ChangeDetectionLike = ChangeDetection.v2,
-    on_failed_keys: FailedKeysPolicy = "raise",
+    on_failed_keys: OnFailedKeysLike = OnFailedKeys.RAISE,
     name: str | None = None,
     io_manager_key: str = "io_manager",
     deps: Sequence[dg.AssetKey | str | dg.AssetsDefinition] = (),

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_job
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_job
 
 
 def build_ingestion_schedule(

@@ -20,9 +20,9 @@ import dagster as dg
 
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
-from offset_assets.dagster_adapter.backfill import BACKFILL_TAG
-from offset_assets.dagster_adapter.ingestion_report import ingestion_metadata, quarantine_check_result
-from offset_assets.dagster_adapter.partitions import range_for_partition
+from offset_assets.dagster_adapter.incremental.backfill import BACKFILL_TAG
+from offset_assets.dagster_adapter.ingestion.partitions import range_for_partition
+from offset_assets.dagster_adapter.ingestion.report import ingestion_metadata, quarantine_check_result
 from offset_assets.errors import OffsetAssetsError
 from offset_assets.ranges.errors import RangeOrderError
 from offset_assets.ranges.ingestion import IngestionJob, OnMalformed, RangeIngestion, RangeResult, is_open_window

@@ -33,14 +33,10 @@ from typing import Any
 import dagster as dg
 
 from offset_assets.control_plane.database import ControlPlane
-from offset_assets.control_plane.delta_catalog import DeltaCatalog
-from offset_assets.control_plane.failures import FailedDeltas
-from offset_assets.control_plane.offsets import OffsetRepository
-from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, resolve_incremental
-from offset_assets.dagster_adapter.run_report import iso_utc
-from offset_assets.engine.pending import idle_result
-from offset_assets.engine.vocabulary import ChangeDetection
+from offset_assets.dagster_adapter.incremental.run_report import iso_utc
+from offset_assets.engine.pending import PendingWork, pending_work
+from offset_assets.engine.vocabulary import ChangeDetection, WorkReason
 
 # The work of each selected incremental asset of a run (`_work_in_run`), by run id: the
 # steps of an in-process run share it. Only the last few runs are kept.
@@ -93,7 +89,7 @@ def _work_in_run(context: dg.AssetExecutionContext, plane: ControlPlane) -> dict
             continue
         if found.transformation_id not in by_transformation:
             op_config = run_config_ops.get(graph.get(key).assets_def.node_def.name, {}).get("config", {})
-            by_transformation[found.transformation_id] = own_work(context, plane, found, op_config)
+            by_transformation[found.transformation_id] = own_work(plane, found, op_config)
         work[key] = by_transformation[found.transformation_id]
     _RUN_WORK[run_id] = work
     while len(_RUN_WORK) > _RUNS_KEPT:
@@ -101,33 +97,31 @@ def _work_in_run(context: dg.AssetExecutionContext, plane: ControlPlane) -> dict
     return work
 
 
-def own_work(context: dg.AssetExecutionContext, plane: ControlPlane,
-             asset: IncrementalAsset, op_config: Mapping[str, object]) -> str | None:
+def own_work(plane: ControlPlane, asset: IncrementalAsset, op_config: Mapping[str, object]) -> str | None:
     """What `asset`'s own step in this run would do, in a few words, or None when it
     would be idle: the same decision as its invocation (`IncrementalInvocation.start`),
-    from the asset's run config, then the control plane. (A run tagged to reset resets
-    every incremental asset it runs: none of them is idle.)"""
+    from the asset's run config, then the engine's answer (`pending_work`). (A run
+    tagged to reset resets every incremental asset it runs: none of them is idle.)"""
     changelist = op_config.get("changelist")
     if changelist is not None:
         return f"a changelist of {len(changelist)} key(s)"
     if (op_config.get("change_detection") or asset.spec.change_detection) == ChangeDetection.v1:
         return "v1 change detection (compares every row)"
-    tid = asset.transformation_id
-    if idle_result(plane, tid, asset.input_tables, asset.output_tables, context.run.run_id,
-                   asset.spec.commit_mode) is not None:
-        return None
-    request = ReprocessRequests(plane).pending_request(tid)
-    if request is not None:
-        return f"reprocess request of {iso_utc(request.requested_at, 'seconds')}"
-    if FailedDeltas(plane).listed(tid):
-        return "failed keys to retry"
-    catalog = DeltaCatalog(plane)
-    if any(catalog.table_spec(name) is None for name in asset.output_tables):
-        return "its first run"
-    offsets = OffsetRepository(plane).get_offsets_for_transformation(tid)
-    reset = [name for name in asset.input_tables if name not in offsets]
-    if reset:
-        return f"offsets reset, re-reads {', '.join(reset)}"
+    work = pending_work(plane, asset.transformation_id, asset.input_tables, asset.output_tables)
+    return None if work.is_idle else work_in_words(work)
+
+
+def work_in_words(work: PendingWork) -> str:
+    """The reason a transformation has work, as a step's metadata says it."""
+    match work.reason:
+        case WorkReason.reprocess_requested:
+            return f"reprocess request of {iso_utc(work.reprocess_requested_at, 'seconds')}"
+        case WorkReason.failed_keys:
+            return "failed keys to retry"
+        case WorkReason.first_run:
+            return "its first run"
+        case WorkReason.offsets_reset:
+            return f"offsets reset, re-reads {', '.join(work.reset_inputs)}"
     return "input commits beyond its offsets"
 
 

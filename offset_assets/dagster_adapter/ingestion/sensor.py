@@ -19,10 +19,10 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
-from offset_assets.dagster_adapter.ingestion_assets import ingestion_job, ingestion_job_of
-from offset_assets.dagster_adapter.ingestion_invocation import dagster_run_is_dead
+from offset_assets.dagster_adapter.ingestion.assets import ingestion_job, ingestion_job_of
+from offset_assets.dagster_adapter.ingestion.invocation import dagster_run_is_dead
+from offset_assets.dagster_adapter.ingestion.partitions import range_partition_key, time_partition_key
 from offset_assets.dagster_adapter.offset_store import OffsetStore
-from offset_assets.dagster_adapter.partitions import range_partition_key, time_partition_key
 from offset_assets.ranges.ingestion import IngestionJob, plan_ranges
 from offset_assets.ranges.planners import DataRange, RangeKind
 

@@ -54,9 +54,9 @@ from offset_assets.dagster_adapter.asset_spec import (
     table_name_for,
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.ingestion_invocation import QUARANTINE_CHECK
+from offset_assets.dagster_adapter.ingestion.invocation import QUARANTINE_CHECK
+from offset_assets.dagster_adapter.ingestion.partitions import time_window_partitions
 from offset_assets.dagster_adapter.offset_store import OffsetStore
-from offset_assets.dagster_adapter.partitions import time_window_partitions
 from offset_assets.ranges.ingestion import IngestionJob, OnMalformed
 from offset_assets.ranges.planners import TimeWindowPlanner
 

@@ -38,11 +38,11 @@ from pyspark.sql import DataFrame
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset
-from offset_assets.dagster_adapter.backfill import tag_reset_reason
-from offset_assets.dagster_adapter.definition_checks import run_start_problems
-from offset_assets.dagster_adapter.downstream_work import downstream_work
-from offset_assets.dagster_adapter.run_report import RunReport, report_output, run_events
-from offset_assets.engine.pending import idle_result
+from offset_assets.dagster_adapter.incremental.backfill import tag_reset_reason
+from offset_assets.dagster_adapter.incremental.definition_checks import run_start_problems
+from offset_assets.dagster_adapter.incremental.downstream_work import downstream_work
+from offset_assets.dagster_adapter.incremental.run_report import RunReport, report_output, run_events
+from offset_assets.engine.pending import pending_work
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import TransformFunction
@@ -98,10 +98,10 @@ class IncrementalInvocation:
         invocation = cls(context, asset, plane, run, request, reason)
         if request.mode != RunMode.incremental or request.change_detection != ChangeDetection.v2:
             return invocation
-        idle = idle_result(plane, asset.transformation_id, asset.input_tables, asset.output_tables,
-                           context.run.run_id, asset.spec.commit_mode)
-        if idle is None:
+        work = pending_work(plane, asset.transformation_id, asset.input_tables, asset.output_tables)
+        if not work.is_idle:
             return invocation
+        idle = work.idle_result(plane, context.run.run_id, asset.spec.commit_mode)
         waiting = downstream_work(context, plane, asset)
         if waiting:
             # An idle step starts no Spark: the row counts are the catalog's, where it knows them.

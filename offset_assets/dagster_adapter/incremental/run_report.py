@@ -26,10 +26,10 @@ from typing import Any
 
 import dagster as dg
 
-from offset_assets.dagster_adapter.asset_spec import FailedKeysPolicy, IncrementalAsset, IncrementalOutput
-from offset_assets.dagster_adapter.backfill import OFFSETS_RESET_TAG_PREFIX
+from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, IncrementalOutput
+from offset_assets.dagster_adapter.incremental.backfill import OFFSETS_RESET_TAG_PREFIX
 from offset_assets.engine.result import RunResult
-from offset_assets.engine.vocabulary import RunMode
+from offset_assets.engine.vocabulary import OnFailedKeys, OnFailedKeysLike, RunMode
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ def _offset_before_text(result: RunResult, name: str) -> str:
     return _date(result.offsets_before.get(name))
 
 
-def check_failed_keys(result: RunResult, policy: FailedKeysPolicy,
+def check_failed_keys(result: RunResult, policy: OnFailedKeysLike,
                       metadata: Mapping[str, dg.MetadataValue], log: Any) -> None:
     """Failed batches never pass silently: `raise` fails the step with `dg.Failure` (the
     run's metadata attached), `warn` logs a warning and lets the materialization stand.
@@ -316,6 +316,6 @@ def check_failed_keys(result: RunResult, policy: FailedKeysPolicy,
     if result.succeeded:
         return
     message = result.failure_text()
-    if policy == "raise":
+    if policy == OnFailedKeys.RAISE:
         raise dg.Failure(description=message, metadata=dict(metadata))
     log.warning(message)

@@ -47,7 +47,7 @@ from offset_assets.dagster_adapter.asset_spec import (
     table_name_for,
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.invocation import StepInvocation
+from offset_assets.dagster_adapter.incremental.invocation import StepInvocation
 
 
 class OffsetIOManager(dg.ConfigurableIOManager):
