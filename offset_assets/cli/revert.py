@@ -11,7 +11,7 @@ command prints the same and asks before it writes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,15 +19,9 @@ from offset_assets.cli.base import clear_errors, main, open_control_plane
 from offset_assets.cli.maintenance import open_table, warehouse_option
 from offset_assets.config import default_warehouse
 from offset_assets.control_plane.job_log import JobRecord, RevertedRanges
-from offset_assets.versioned.revert import (
-    DELETED,
-    RESTORED,
-    UPSERTED_BACK,
-    RevertChanges,
-    RevertPlan,
-    plan_revert,
-    revert_table,
-)
+
+if TYPE_CHECKING:
+    from offset_assets.versioned.revert import RevertChanges, RevertPlan
 
 SHOWN_RANGES = 10
 
@@ -56,6 +50,9 @@ def revert_command(
     """
     if dry_run and yes:
         raise click.UsageError("--dry-run and --yes exclude each other")
+    # Here, not at the top: the revert writes through Spark, which `show` and `sql` never import.
+    from offset_assets.versioned.revert import plan_revert, revert_table
+
     versioned = open_table(open_control_plane(obj), table, warehouse or default_warehouse())
     if dry_run or not yes:
         plan = plan_revert(versioned, to_delta, sample=sample)
@@ -83,6 +80,8 @@ def describe_plan(plan: RevertPlan) -> str:
         f"{name}: a revert to delta {to_delta} undoes {_deltas(to_delta, plan.last_delta)} "
         f"(last committed: {plan.last_delta}) as one new delta:"
     ]
+    from offset_assets.versioned.revert import DELETED, RESTORED, UPSERTED_BACK
+
     for kind, label in ((UPSERTED_BACK, "upserted back"), (DELETED, "deleted"), (RESTORED, "restored")):
         count = getattr(plan.changes, kind)
         keys = plan.samples.get(kind, [])

@@ -157,6 +157,11 @@ class OutputWriter:
                 self._departures[name] = [] if last else [*self._departures.get(name, []), batch]
         return hots
 
+    @property
+    def departures_pending(self) -> bool:
+        """Whether `write_departures` has rows to delete (a run without batches has none)."""
+        return any(self._departures.values())
+
     def write_departures(self) -> None:
         """End mode, once the batches are done: delete the earlier rows of the written
         batches' keys that none of the run's writes gave a state, in each output keyed

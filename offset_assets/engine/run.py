@@ -313,8 +313,9 @@ class TransformationRun:
         if self._finished:
             raise TransformationOutputError(f"run {self.run_id} of {self.t.transformation_id!r} already finished")
         if self.t.commit_mode == CommitMode.end:
-            with self._profiler.phase("output_write"):
-                self._writer.write_departures()
+            if self._writer.departures_pending:
+                with self._profiler.phase("output_write"):
+                    self._writer.write_departures()
             self._commit(list(self._writer.hots.values()), self._meta_pending, None, final=True)
         else:
             self._commit([], [], None, final=True)
