@@ -3,19 +3,31 @@ slice read as an executor's task reads it, `kafka_slices.read_slice`).
 
 A slice that has read the message at its last offset ends there, without waiting for the
 end-of-partition signal: that signal needs one more fetch, and a broker gone at that
-moment failed the whole range. The first test's consumers postpone every fetch after the
-first for a minute (`fetch.queue.backoff.ms` once a message is queued): a read that
-waited for the signal would time out, as it did when the broker went away."""
+moment failed the whole range. The tests' consumers postpone every fetch for a minute
+once a kilobyte of messages waits in their queue (`fetch.queue.backoff.ms`), and their
+messages are a kilobyte each: a read that waited for the signal would time out, as it did
+when the broker went away.
+
+The threshold is one of size, not of count (`queued.min.messages`): the queue also holds
+the version barrier librdkafka puts there when a partition is assigned, an operation of
+no size. Counted, it postponed the first fetch itself whenever the fetcher decided before
+the consumer served the barrier, as on a loaded CI machine."""
 
 from __future__ import annotations
 
 from offset_assets.ranges.sources.kafka_read import OffsetSlice, read_slice
 
-# The first fetch is the only one within the tests' timeouts: a read that waited for a
-# second one would take a minute, three times the timeout. The timeout is not shorter since
-# a consumer's first fetch (connection, metadata, fetch) took over 2 s on a loaded CI machine.
+# A read that waited for a second fetch after a kilobyte arrived would take a minute,
+# three times the timeout. The timeout is not shorter since a consumer's first fetch
+# (connection, metadata, fetch) took over 2 s on a loaded CI machine.
 TIMEOUT_S = 20.0
-ONE_FETCH = {"max.partition.fetch.bytes": 1, "queued.min.messages": 1, "fetch.queue.backoff.ms": 60_000}
+POSTPONED = {"queued.max.messages.kbytes": 1, "fetch.queue.backoff.ms": 60_000}
+ONE_FETCH = {"max.partition.fetch.bytes": 1, **POSTPONED}
+
+
+def kib(letter: str) -> str:
+    """A message value of one kilobyte: one such message in the queue postpones the next fetch."""
+    return letter * 1024
 
 
 def read(broker, topic, start, stop, **settings) -> list[tuple[int, str]]:
@@ -26,10 +38,10 @@ def read(broker, topic, start, stop, **settings) -> list[tuple[int, str]]:
 def test_a_slice_ending_at_a_committed_message_ends_with_it_without_waiting_for_the_partition_end(
         kafka_broker):
     topic = kafka_broker.new_topic("last")
-    kafka_broker.produce(topic, ["a", "b", "c"])
-    assert read(kafka_broker, topic, 0, 3, **ONE_FETCH) == [(0, "a"), (1, "b"), (2, "c")]
-    kafka_broker.transaction(topic, ["d"])  # 3, commit marker 4
-    assert read(kafka_broker, topic, 3, 4, **ONE_FETCH) == [(3, "d")]  # the marker is past the stop
+    kafka_broker.produce(topic, [kib("a"), kib("b"), kib("c")])
+    assert read(kafka_broker, topic, 0, 3, **ONE_FETCH) == [(0, kib("a")), (1, kib("b")), (2, kib("c"))]
+    kafka_broker.transaction(topic, [kib("d")])  # 3, commit marker 4
+    assert read(kafka_broker, topic, 3, 4, **ONE_FETCH) == [(3, kib("d"))]  # the marker is past the stop
 
 
 def test_a_slice_whose_last_offsets_are_markers_or_aborted_messages_ends_where_they_end(
@@ -51,9 +63,8 @@ def test_a_slice_whose_last_offsets_are_markers_ends_at_its_stop_without_the_end
     more, which these consumers postpone for a minute (a broker gone at that moment): the
     slice ends once its position, moved past the markers, reaches the stop."""
     topic = kafka_broker.new_topic("marker-end")
-    kafka_broker.transaction(topic, ["a", "b"])               # 0, 1, commit marker 2
-    kafka_broker.transaction(topic, ["x"], commit=False)      # 3, abort marker 4
-    postponed = {"queued.min.messages": 1, "fetch.queue.backoff.ms": 60_000}
-    assert read(kafka_broker, topic, 0, 5, **postponed) == [(0, "a"), (1, "b")]
-    assert read(kafka_broker, topic, 0, 3, **postponed) == [(0, "a"), (1, "b")]
-    assert read(kafka_broker, topic, 2, 5, **postponed) == []
+    kafka_broker.transaction(topic, [kib("a"), kib("b")])          # 0, 1, commit marker 2
+    kafka_broker.transaction(topic, [kib("x")], commit=False)      # 3, abort marker 4
+    assert read(kafka_broker, topic, 0, 5, **POSTPONED) == [(0, kib("a")), (1, kib("b"))]
+    assert read(kafka_broker, topic, 0, 3, **POSTPONED) == [(0, kib("a")), (1, kib("b"))]
+    assert read(kafka_broker, topic, 2, 5, **POSTPONED) == []
