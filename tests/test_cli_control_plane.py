@@ -8,12 +8,14 @@ pipeline runs, never by the CLI (`offset_assets/cli/base.py`).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -122,7 +124,24 @@ ELSEWHERE = {"ranges", "class-archive"}
 
 
 def test_every_command_is_checked_here():
-    assert set(main.commands) == set(COMMANDS) | ELSEWHERE
+    assert set(main.list_commands(click.Context(main))) == set(COMMANDS) | ELSEWHERE
+
+
+def test_each_command_is_registered_by_the_module_the_root_group_imports_for_it():
+    """The root group imports a command's module only when the command runs
+    (`base.COMMAND_MODULES`): each module, imported alone in a new process, registers the
+    commands the map sends to it."""
+    from offset_assets.cli.base import COMMAND_MODULES
+
+    script = ("import importlib, json, sys\n"
+              "from offset_assets.cli.base import main\n"
+              "importlib.import_module('offset_assets.cli.' + sys.argv[1])\n"
+              "print(json.dumps(sorted(main.commands)))\n")
+    for module in sorted(set(COMMAND_MODULES.values())):
+        done = subprocess.run([sys.executable, "-c", script, module], capture_output=True, text=True, check=True,
+                              cwd=REPOSITORY)
+        mapped = {name for name, mapped_to in COMMAND_MODULES.items() if mapped_to == module}
+        assert mapped <= set(json.loads(done.stdout)), module
 
 
 @pytest.mark.parametrize("command", COMMANDS.values(), ids=COMMANDS.keys())

@@ -19,6 +19,7 @@ first range can be launched from a shell.
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +31,30 @@ from offset_assets.control_plane.database import ControlPlane, ControlPlaneNotFo
 from offset_assets.errors import OffsetAssetsError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Each command's module, imported when the command runs (or `--help` lists them all): a
+# query from a shell does not pay for the imports of the commands it does not run.
+COMMAND_MODULES = {
+    "class-archive": "class_archive", "deltas": "deltas", "init-offsets": "init_offsets", "jobs": "jobs",
+    "compact": "maintenance", "cleanup": "maintenance", "offsets": "offsets", "rescan": "offsets",
+    "reset": "offsets", "reprocess": "offsets", "metrics": "offsets", "ranges": "ranges", "show": "reading",
+    "sql": "reading", "revert": "revert",
+}
+
+
+class CommandsByModule(click.Group):
+    """The root group: a command's module is imported when the command is asked for; the
+    module registers its commands on `main` as it is imported."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            importlib.import_module(f"offset_assets.cli.{COMMAND_MODULES[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=CommandsByModule, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db-url",
     envvar=ENV_DB_URL,

@@ -3,12 +3,11 @@
 One resource holds everything an incremental or ingestion asset needs: the control
 plane (through the `OffsetStore` it nests), the Spark session (through dagster-pyspark's
 `LazyPySparkResource`, or `PySparkResource`), the warehouse root and the engine settings. Asset bodies take
-it as a parameter, the way dagster-dbt's assets take a `DbtCliResource`, and it makes
-their invocations as `DbtCliResource.cli` makes a `DbtCliInvocation`:
-`incremental_invocation` (`invocation.py`, the body of `incremental_asset`),
-`ingestion_invocation` (`ingestion/invocation.py`, the body of `ingestion_asset`) and
-`step_invocation` (the `OffsetIOManager`'s, for a plain `@dg.asset` whose body is the
-transformation). A hand-written body may also drive the engine itself:
+it as a parameter, the way dagster-dbt's assets take a `DbtCliResource`, and build their
+invocations on it (`incremental/invocation.py`, `ingestion/invocation.py`): it gives them
+what runs a transformation (`transformation_runner`, `transformation_opener`) and a range
+(`range_ingestion`), and knows nothing of the invocations themselves, so both packages of
+assets stand above it. A hand-written body may also drive the engine itself:
 
     @dg.asset
     def my_asset(incremental_engine: IncrementalEngineResource) -> None:
@@ -27,8 +26,7 @@ manager serving its table to downstream assets can never disagree on where table
 
 import datetime
 import json
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -40,8 +38,6 @@ from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.errors import UnknownTableError
 from offset_assets.control_plane.leases import DEFAULT_TTL_S
 from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_name_for
-from offset_assets.dagster_adapter.incremental.invocation import IncrementalInvocation, StepInvocation
-from offset_assets.dagster_adapter.ingestion.invocation import IngestionInvocation, with_dagster_claims
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine import IncrementalEngine
@@ -49,7 +45,8 @@ from offset_assets.engine.held_inputs import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
-from offset_assets.engine.vocabulary import ChangeDetectionLike, RunRequest
+from offset_assets.engine.result import RunResult
+from offset_assets.engine.vocabulary import RunRequest
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion
 from offset_assets.reading.tables import VersionedTables
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
@@ -188,34 +185,31 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         catalog.record_actual_rows(name, last.delta_num, rows)
         return rows
 
-    # -- invocations -----------------------------------------------------------------------
+    # -- what the invocations run ------------------------------------------------------------
 
-    def incremental_invocation(self, context: dg.AssetExecutionContext, asset: IncrementalAsset,
-                               func: TransformFunction, changelist: Sequence[dict[str, Any]] | None = None,
-                               change_detection: ChangeDetectionLike | None = None) -> IncrementalInvocation:
-        """One materialization of `asset` by its body (`incremental_asset`): the run its
-        Dagster run asks for, decided now; `stream()` runs it and yields its events."""
-        run_id = context.run.run_id
-        return IncrementalInvocation.start(
-            context, asset, self.control_plane(),
-            lambda request: self.engine().run(self._transformation_to_run(asset, func), request, run_id=run_id),
-            changelist, change_detection)
+    def transformation_runner(self, asset: IncrementalAsset, func: TransformFunction,
+                              run_id: str) -> Callable[[RunRequest], RunResult]:
+        """What runs `asset`'s transformation on a request, under Dagster run `run_id`:
+        the engine run of one materialization by `incremental_asset`'s body."""
+        return lambda request: self.engine().run(self._transformation_to_run(asset, func), request, run_id=run_id)
 
-    def step_invocation(self, step_context: dg.StepExecutionContext, asset: IncrementalAsset) -> StepInvocation:
-        """One materialization of `asset` whose body is the transformation, for the
-        `OffsetIOManager`: its engine run opened now (lease, snapshot, changed index)."""
+    def transformation_opener(self, asset: IncrementalAsset,
+                              run_id: str) -> Callable[[RunRequest, TransformFunction], TransformationRun]:
+        """What opens `asset`'s engine run (lease, snapshot, changed index) under Dagster
+        run `run_id`, for the `OffsetIOManager`'s step, whose body is the function."""
         def open_run(request: RunRequest, func: TransformFunction) -> TransformationRun:
-            return self.engine().open_run(self._transformation_to_run(asset, func), request,
-                                          run_id=step_context.run_id)
+            return self.engine().open_run(self._transformation_to_run(asset, func), request, run_id=run_id)
 
-        return StepInvocation(asset, open_run, step_context.run_tags)
+        return open_run
 
-    def ingestion_invocation(self, context: dg.AssetExecutionContext, job: IngestionJob) -> IngestionInvocation:
-        """One materialization of an ingestion asset of `job` (`ingestion_asset`): the
-        ranges of its partitions, run in order by `stream()`, which yields its events."""
-        ingestion = RangeIngestion(self.spark_session, self.control_plane(), with_dagster_claims(job, context.instance),
-                                   warehouse=self.warehouse, small_run_rows_limit=self.small_run_rows_limit)
-        return IngestionInvocation(context, job, ingestion, lambda: self._counted([job.target.name])[job.target.name])
+    def range_ingestion(self, job: IngestionJob) -> RangeIngestion:
+        """The ranges of `job` run on this resource's session, control plane and warehouse."""
+        return RangeIngestion(self.spark_session, self.control_plane(), job,
+                              warehouse=self.warehouse, small_run_rows_limit=self.small_run_rows_limit)
+
+    def table_rows(self, name: str) -> int | None:
+        """The actual rows of versioned table `name`, None when unknown (`row_count`)."""
+        return self._counted([name])[name]
 
     def _transformation_to_run(self, asset: IncrementalAsset, func: TransformFunction) -> Transformation:
         """The transformation of `asset`, its outputs' unknown row counts taken first

@@ -24,21 +24,29 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from offset_assets.versioned import writes
+from offset_assets.versioned.delta_files import DeltaFiles
 from offset_assets.versioned.held_files import arrow_schema, key_filter, newest_per_key, read_versions, write_versions
+from offset_assets.versioned.hot_table import HotTable
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.write_candidates import committed_before
 from offset_assets.versioned.write_refusals import MAX_EXAMPLES, refuse
 from offset_assets.versioned.writes import Refusal, WriteStats
 
-if TYPE_CHECKING:
-    from offset_assets.versioned.hot_delta import HotDelta
+__all__ = ["HeldReplacement", "HeldTarget", "append_held", "same", "write_held"]
 
-__all__ = ["HeldReplacement", "append_held", "same", "write_held"]
+
+class HeldTarget(Protocol):
+    """What a write the driver holds writes into (`HotDelta` is one): its table, its
+    delta's number and the files its earlier writes left."""
+
+    table: HotTable
+    delta_num: int
+    files: DeltaFiles
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class _Key:
 
 
 def write_held(
-    hot: HotDelta, rows: pa.Table, refusal: Refusal | None, keep_unchanged: bool, replacing: HeldReplacement | None
+    hot: HeldTarget, rows: pa.Table, refusal: Refusal | None, keep_unchanged: bool, replacing: HeldReplacement | None
 ) -> WriteStats:
     """Classify `rows` (the table's data columns, optional sys_op, and the refusal's flag
     column) against the committed versions and the hot delta's earlier writes, then
@@ -85,7 +93,7 @@ def write_held(
     return _store(hot, keys, counts, pk, columns, keep_unchanged)
 
 
-def append_held(hot: HotDelta, rows: pa.Table) -> WriteStats:
+def append_held(hot: HeldTarget, rows: pa.Table) -> WriteStats:
     """Append `rows` (the table's data columns) as new versions of distinct keys not
     written earlier into `hot`, without classification (`HotDelta.write_new_versions`)."""
     table = hot.table
@@ -128,7 +136,7 @@ def _delete_state(key: tuple, pk: Sequence[str], columns: Sequence[str]) -> tupl
     return tuple(values.get(c) for c in columns) + (OP_DELETE,)
 
 
-def _prior_states(hot: HotDelta, pk: Sequence[str], columns: Sequence[str]) -> dict[tuple, tuple]:
+def _prior_states(hot: HeldTarget, pk: Sequence[str], columns: Sequence[str]) -> dict[tuple, tuple]:
     """The states the earlier writes into `hot` gave their keys (versions and unchanged rows)."""
     folders = hot.files.written_folders()
     if not folders:
@@ -143,7 +151,7 @@ def _prior_states(hot: HotDelta, pk: Sequence[str], columns: Sequence[str]) -> d
 
 
 def _candidates(
-    hot: HotDelta, pk: Sequence[str], replacing: HeldReplacement | None, keys: Mapping[tuple, _Key]
+    hot: HeldTarget, pk: Sequence[str], replacing: HeldReplacement | None, keys: Mapping[tuple, _Key]
 ) -> dict[tuple, dict[str, Any]]:
     """The newest committed version of each key the write concerns (the replaced keys'
     with `replacing`, else the written keys')."""
@@ -229,7 +237,7 @@ def _bad_op(entry: _Key) -> str | None:
 
 
 def _store(
-    hot: HotDelta,
+    hot: HeldTarget,
     keys: Mapping[tuple, _Key],
     counts: Mapping[str, int],
     pk: Sequence[str],

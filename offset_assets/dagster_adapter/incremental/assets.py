@@ -57,6 +57,7 @@ from offset_assets.dagster_adapter.asset_spec import (
     spec_metadata,
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
+from offset_assets.dagster_adapter.incremental.invocation import IncrementalInvocation
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.engine.transformation import TransformFunction
 from offset_assets.engine.vocabulary import (
@@ -281,8 +282,9 @@ def _engine_body(fn: Callable[..., Any]) -> Callable[..., Iterator[dg.Materializ
                      incremental_engine: IncrementalEngineResource,
                      offset_store: OffsetStore) -> Iterator[dg.MaterializeResult]:
         asset = resolve_incremental(context.assets_def)
-        invocation = incremental_engine.incremental_invocation(context, asset, _by_parameter(asset, fn),
-                                                               config.changelist, config.change_detection)
+        runner = incremental_engine.transformation_runner(asset, _by_parameter(asset, fn), context.run.run_id)
+        invocation = IncrementalInvocation.start(context, asset, incremental_engine.control_plane(), runner,
+                                                 config.changelist, config.change_detection)
         yield from invocation.stream()
 
     return _incremental

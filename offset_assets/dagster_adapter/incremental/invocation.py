@@ -1,11 +1,11 @@
 """Invocations of an incremental asset: one materialization each, from the run it asks
-for to its events. The engine resource makes them, as dagster-dbt's `DbtCliResource.cli`
-makes a `DbtCliInvocation`:
+for to its events, built on what the engine resource runs a transformation with:
 
     def body(context, config, incremental_engine):
         asset = resolve_incremental(context.assets_def)
-        invocation = incremental_engine.incremental_invocation(context, asset, func, config.changelist,
-                                                               config.change_detection)
+        runner = incremental_engine.transformation_runner(asset, func, context.run.run_id)
+        invocation = IncrementalInvocation.start(context, asset, incremental_engine.control_plane(), runner,
+                                                 config.changelist, config.change_detection)
         yield from invocation.stream()
 
 `IncrementalInvocation` serves `incremental_asset`'s body; `StepInvocation` a plain

@@ -73,7 +73,8 @@ class OffsetIOManager(dg.ConfigurableIOManager):
             return self.engine.table(upstream).read_actual()
         key = (context.step_context.run_id, consumer.asset_key)
         if key not in self._open:
-            self._open[key] = self.engine.step_invocation(context.step_context, consumer)
+            opener = self.engine.transformation_opener(consumer, context.step_context.run_id)
+            self._open[key] = StepInvocation(consumer, opener, context.step_context.run_tags)
         return self._open[key].frames[consumed.table_name]
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:

@@ -2,7 +2,7 @@
 
 `ingestion_asset(job)` builds a partitioned Dagster asset from an `IngestionJob`
 (source, planner, target table). Materializing a partition runs `RangeIngestion.run_range`
-for its range under the Dagster run id (`ingestion_invocation.py`): the range's rows and
+for its range under the Dagster run id (`invocation.py`): the range's rows and
 its job_log SUCCESS commit together. Which run it is:
 - the next range of the job (pointer, or the failed range to retry): a plain run;
   a later range fails with "waits for earlier range ..." (ranges run in order);
@@ -18,21 +18,21 @@ Time-window jobs get `TimeWindowPartitionsDefinition`s whose last partition is t
 current window (`end_offset=1`): a partition Dagster does not list cannot be launched
 from the UI, and a materialization of a key outside the partitions definition is
 dropped by declarative automation (it never counts as an update of the asset). A
-schedule (`ingestion_schedule.py`) runs each window as it closes. Id, Kafka and upstream
-jobs get dynamic partitions, added by their sensor (`ingestion_sensor.py`), which plans
+schedule (`schedule.py`) runs each window as it closes. Id, Kafka and upstream
+jobs get dynamic partitions, added by their sensor (`sensor.py`), which plans
 the next ranges from job_log and requests a run for the first one: a backlog (a first
 load) is one partition per bounded range (`AutoIncrementIdPlanner.max_range_size`), run
 in order, each committed on its own. What a run reports
-is built in `ingestion_report.py`.
+is built in `report.py`.
 
 A job that quarantines malformed records (`on_malformed="quarantine"`) gets the asset
 check `malformed_records`: it warns when a run set records aside, naming the quarantine
 table and the partitions.
 
-Like `incremental_asset`'s, the body drives one invocation made by the typed
+Like `incremental_asset`'s, the body drives one invocation opened on the typed
 `IncrementalEngineResource` (resource key `incremental_engine`:
-`ingestion_invocation(context, job)`), which holds the Spark session, control plane and
-warehouse; the `OffsetIOManager` under `io_manager_key` serves the ingested table to
+`IngestionInvocation.open(context, job, incremental_engine)`), which holds the Spark
+session, control plane and warehouse; the `OffsetIOManager` under `io_manager_key` serves the ingested table to
 downstream assets.
 """
 
@@ -54,7 +54,7 @@ from offset_assets.dagster_adapter.asset_spec import (
     table_name_for,
 )
 from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
-from offset_assets.dagster_adapter.ingestion.invocation import QUARANTINE_CHECK
+from offset_assets.dagster_adapter.ingestion.invocation import QUARANTINE_CHECK, IngestionInvocation
 from offset_assets.dagster_adapter.ingestion.partitions import time_window_partitions
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.ranges.ingestion import IngestionJob, OnMalformed
@@ -146,7 +146,7 @@ def ingestion_asset(
     # when they load (`Definitions.validate_loadable`), not at a sensor's first tick.
     def _ingest(context: dg.AssetExecutionContext, incremental_engine: IncrementalEngineResource,
                 offset_store: OffsetStore) -> Iterator[dg.MaterializeResult]:
-        yield from incremental_engine.ingestion_invocation(context, job).stream()
+        yield from IngestionInvocation.open(context, job, incremental_engine).stream()
 
     _JOBS_BY_OP[_ingest.op] = job
     return _ingest

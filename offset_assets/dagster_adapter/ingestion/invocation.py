@@ -1,11 +1,11 @@
-"""`IngestionInvocation`: one materialization of an ingestion asset, made by the engine
-resource (`IncrementalEngineResource.ingestion_invocation`) and driven by the asset body
-(`ingestion_assets.py`), as an incremental asset's is (`invocation.py`).
+"""`IngestionInvocation`: one materialization of an ingestion asset, opened by the asset
+body (`assets.py`) on the engine resource (`IngestionInvocation.open`) and driven by it,
+as an incremental asset's is (`incremental/invocation.py`).
 
 It decides how each range of the run is ingested once, from the partition and the run's
 tags (`range_to_run`: in order, an open window, or a refresh), runs the ranges in order
 (`RangeIngestion.run_range`), and yields the one materialization of the run through
-`ingestion_report.py`, with the quarantine check's result when the job quarantines.
+`report.py`, with the quarantine check's result when the job quarantines.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import dagster as dg
 
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import JobStatus
+from offset_assets.dagster_adapter.engine_resource import IncrementalEngineResource
 from offset_assets.dagster_adapter.incremental.backfill import BACKFILL_TAG
 from offset_assets.dagster_adapter.ingestion.partitions import range_for_partition
 from offset_assets.dagster_adapter.ingestion.report import ingestion_metadata, quarantine_check_result
@@ -43,6 +44,14 @@ class IngestionInvocation:
     job: IngestionJob
     ingestion: RangeIngestion
     row_count: Callable[[], int | None]
+
+    @classmethod
+    def open(cls, context: dg.AssetExecutionContext, job: IngestionJob,
+             engine: IncrementalEngineResource) -> IngestionInvocation:
+        """The invocation of `ingestion_asset`'s body: the ranges of `job`, its claims
+        told which Dagster runs are dead, run on `engine`."""
+        return cls(context, job, engine.range_ingestion(with_dagster_claims(job, context.instance)),
+                   lambda: engine.table_rows(job.target.name))
 
     def stream(self) -> Iterator[dg.MaterializeResult]:
         """Ingest the run's ranges in order and yield its materialization."""
