@@ -141,6 +141,32 @@ def test_show_and_a_refused_clause_need_no_java_from_a_shell(demo, tmp_path):
                               "delta 3 is not committed (last committed: 2)\n")
 
 
+def test_the_shells_reads_without_a_jvm_import_no_pandas_and_a_query_for_spark_still_runs_on_spark(spark, demo):
+    """pyarrow imports pandas at its first conversion of a Python value, 0.3 s of a query
+    from a shell (docs/benchmark.md); the console script keeps it out of its reads without
+    a JVM (`cli.base.pandas_kept_out`), which answer as the same command run in-process
+    does, and a query DuckDB cannot run still goes to Spark in the same process."""
+    query = "SELECT user_id, count(*) AS n FROM enriched_posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 GROUP BY user_id ORDER BY user_id"
+    imports = {"PYTHONPROFILEIMPORTTIME": "1", "OFFSET_ASSETS_HOME": str(demo.state)}
+
+    def imported(ran: subprocess.CompletedProcess) -> set[str]:
+        return {line.rsplit("|", 1)[-1].strip() for line in ran.stderr.splitlines() if line.startswith("import time:")}
+
+    queried = installed("sql", query, "--engine", "duckdb", "--format", "csv", env=imports)
+    shown = installed("show", "enriched_posts", "--limit", "0", "--format", "csv", env=imports)
+    on_spark = installed("sql", "SELECT count(*) AS n FROM posts WHERE spark_partition_id() >= 0", "--format", "csv",
+                         env={"OFFSET_ASSETS_HOME": str(demo.state)})
+
+    assert queried.returncode == 0 and shown.returncode == 0, queried.stderr[-2000:] + shown.stderr[-2000:]
+    assert "duckdb" in imported(queried) and "pandas" not in imported(queried)
+    assert "pyarrow" in imported(shown) and "pandas" not in imported(shown)
+    assert queried.stdout == invoke("sql", query, "--engine", "duckdb", "--format", "csv").stdout
+    assert shown.stdout == invoke("show", "enriched_posts", "--limit", "0", "--format", "csv").stdout
+    assert on_spark.returncode == 0, on_spark.stderr[-2000:]
+    posts = VersionedTables(spark, default_db_url()).read("posts").count()
+    assert on_spark.stdout.splitlines() == ["n", str(posts)]
+
+
 def test_sql_prints_two_result_columns_of_one_name_each_with_its_own_values(spark, sqlite_url, warehouse):
     posts, profiles = write_history(spark, sqlite_url, warehouse)
     then_and_now = ("SELECT p.post_id, p.text, now.text FROM posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 AS p "

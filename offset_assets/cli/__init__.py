@@ -3,6 +3,6 @@ command runs (`base.COMMAND_MODULES`)."""
 
 from __future__ import annotations
 
-from offset_assets.cli.base import main
+from offset_assets.cli.base import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

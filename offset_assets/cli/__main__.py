@@ -1,5 +1,5 @@
 """`python -m offset_assets.cli`: the `offset-assets` command without its console script."""
 
-from offset_assets.cli import main
+from offset_assets.cli import run
 
-main(prog_name="offset-assets")
+run()

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -30,6 +32,9 @@ from offset_assets.config import ENV_DB_URL, default_db_url
 from offset_assets.control_plane.database import ControlPlane, ControlPlaneNotFoundError, connect
 from offset_assets.errors import OffsetAssetsError
 
+
+# ctx.obj's key saying the command runs in the console script's own process (`run`).
+OWN_PROCESS = "own_process"
 
 # Each command's module, imported when the command runs (or `--help` lists them all): a
 # query from a shell does not pay for the imports of the commands it does not run.
@@ -65,7 +70,42 @@ class CommandsByModule(click.Group):
 @click.pass_context
 def main(ctx: click.Context, db_url: str | None) -> None:
     """offset-assets: incremental Dagster + Spark pipelines, operated from the shell."""
-    ctx.obj = {"db_url": db_url or default_db_url(), "db_url_is_default": not db_url}
+    own_process = bool(ctx.obj and ctx.obj.get(OWN_PROCESS))
+    ctx.obj = {"db_url": db_url or default_db_url(), "db_url_is_default": not db_url, OWN_PROCESS: own_process}
+
+
+def run() -> None:
+    """The `offset-assets` console script: `main` in a process of its own, whose reads
+    without a JVM may keep pandas out (`pandas_kept_out`)."""
+    main(prog_name="offset-assets", obj={OWN_PROCESS: True})
+
+
+class _RefusePandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError(f"{name}: not imported by a read without a JVM (offset_assets.cli.base.pandas_kept_out)")
+
+
+@contextmanager
+def pandas_kept_out(obj: dict[str, Any]) -> Iterator[None]:
+    """A read without a JVM in the command's own process, pandas kept from importing.
+
+    pyarrow imports pandas at its first conversion of a Python value, only to tell pandas
+    objects apart: 0.3 s of the 2 s a query from a shell takes (docs/benchmark.md). The
+    command's reads hold no pandas object, so the block keeps pandas out and pyarrow takes
+    it for absent in those checks from then on, which nothing the command does later
+    needs (a read through Spark after the block imports pandas as it always does). Only
+    in the process of the console script (`run`): a process that imports the command
+    (`CliRunner`, a notebook) keeps pyarrow's checks whole."""
+    if not obj.get(OWN_PROCESS) or "pandas" in sys.modules:
+        yield
+        return
+    refuse = _RefusePandas()
+    sys.meta_path.insert(0, refuse)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(refuse)
 
 
 def open_control_plane(obj: dict[str, Any]) -> ControlPlane:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from offset_assets.cli.base import clear_errors, main, open_control_plane
+from offset_assets.cli.base import clear_errors, main, open_control_plane, pandas_kept_out
 from offset_assets.errors import OffsetAssetsError
 
 if TYPE_CHECKING:
@@ -69,16 +69,19 @@ def show_command(obj: dict[str, Any], table: str, as_of: str | None, limit: int,
     """Print the actual state of versioned TABLE: its columns, then sys_from, sys_to,
     sys_op and update_ts. Read without a JVM when its files fit --max-bytes, else through
     Spark."""
-    from offset_assets.reading.arrow import ArrowRead
-    from offset_assets.reading.errors import TableTooLargeError
-    from offset_assets.reading.state import delta_or_time
+    with pandas_kept_out(obj):
+        from offset_assets.reading.arrow import ArrowRead
+        from offset_assets.reading.errors import TableTooLargeError
+        from offset_assets.reading.state import delta_or_time
 
-    as_of_delta, as_of_time = delta_or_time(table, as_of) if as_of is not None else (None, None)
-    plane = open_control_plane(obj)
-    try:
-        rows = ArrowRead.plan(plane, table, as_of_delta, as_of_time, max_bytes).read()
-    except TableTooLargeError as exc:
-        click.echo(f"{exc}: reading it through Spark", err=True)
+        as_of_delta, as_of_time = delta_or_time(table, as_of) if as_of is not None else (None, None)
+        plane = open_control_plane(obj)
+        try:
+            rows = ArrowRead.plan(plane, table, as_of_delta, as_of_time, max_bytes).read()
+        except TableTooLargeError as exc:
+            click.echo(f"{exc}: reading it through Spark", err=True)
+            rows = None
+    if rows is None:
         rows = _spark_rows(lambda tables: tables.read(table, as_of_delta, as_of_time), plane, limit)
     _print(rows, limit, fmt)
 
@@ -99,28 +102,29 @@ def sql_command(obj: dict[str, Any], query: str, limit: int, fmt: str, engine: s
     FOR SYSTEM_TIME AS OF DELTA_NUM n, AS OF '<timestamp>' (UTC), STARTED IN (d1, d2),
     FINISHED IN (d1, d2), STARTED TS ('t1', 't2') and FINISHED TS ('t1', 't2') select its
     history. The whole query reads one committed state; a statement that writes is refused."""
-    from offset_assets.reading.arrow_types import UnsupportedTypeError
-    from offset_assets.reading.clause_checks import check_query
-    from offset_assets.reading.duckdb_sql import choose_engine, duckdb_sql
-    from offset_assets.reading.errors import EmbeddedQueryError, TableTooLargeError
-    from offset_assets.reading.statements import check_reads_only
+    rows = None
+    with pandas_kept_out(obj):
+        from offset_assets.reading.arrow_types import UnsupportedTypeError
+        from offset_assets.reading.clause_checks import check_query
+        from offset_assets.reading.duckdb_sql import choose_engine, duckdb_sql
+        from offset_assets.reading.errors import EmbeddedQueryError, TableTooLargeError
+        from offset_assets.reading.statements import check_reads_only
 
-    plane = open_control_plane(obj)
-    check_reads_only(query)
-    check_query(plane, query)  # a mistyped clause is refused before any engine starts
-    chosen = choose_engine(plane, query) if engine == "auto" else engine
-    if chosen == "duckdb":
-        try:
-            rows = duckdb_sql(plane, query)
-        except (EmbeddedQueryError, TableTooLargeError, UnsupportedTypeError) as exc:
-            if engine == "duckdb":
-                raise
-            # A query DuckDB cannot run (Spark's own functions, or a mistake) is Spark's to
-            # run or refuse, with Spark's one line; tables DuckDB cannot hold are said.
-            if not isinstance(exc, EmbeddedQueryError):
-                click.echo(f"{exc}: running it on Spark", err=True)
-            rows = _spark_rows(lambda tables: tables.sql(query), plane, limit)
-    else:
+        plane = open_control_plane(obj)
+        check_reads_only(query)
+        check_query(plane, query)  # a mistyped clause is refused before any engine starts
+        chosen = choose_engine(plane, query) if engine == "auto" else engine
+        if chosen == "duckdb":
+            try:
+                rows = duckdb_sql(plane, query)
+            except (EmbeddedQueryError, TableTooLargeError, UnsupportedTypeError) as exc:
+                if engine == "duckdb":
+                    raise
+                # A query DuckDB cannot run (Spark's own functions, or a mistake) is Spark's
+                # to run or refuse, with Spark's one line; tables DuckDB cannot hold are said.
+                if not isinstance(exc, EmbeddedQueryError):
+                    click.echo(f"{exc}: running it on Spark", err=True)
+    if rows is None:
         rows = _spark_rows(lambda tables: tables.sql(query), plane, limit)
     _print(rows, limit, fmt)
 
