@@ -146,7 +146,8 @@ def test_the_shells_reads_without_a_jvm_import_no_pandas_and_a_query_for_spark_s
     from a shell (docs/benchmark.md); the console script keeps it out of its reads without
     a JVM (`cli.base.pandas_kept_out`), which answer as the same command run in-process
     does, and a query DuckDB cannot run still goes to Spark in the same process."""
-    query = "SELECT user_id, count(*) AS n FROM enriched_posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 GROUP BY user_id ORDER BY user_id"
+    query = ("SELECT user_id, count(*) AS n FROM enriched_posts FOR SYSTEM_TIME AS OF DELTA_NUM 1 "
+             "GROUP BY user_id ORDER BY user_id")
     imports = {"PYTHONPROFILEIMPORTTIME": "1", "OFFSET_ASSETS_HOME": str(demo.state)}
 
     def imported(ran: subprocess.CompletedProcess) -> set[str]:

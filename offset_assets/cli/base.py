@@ -32,7 +32,6 @@ from offset_assets.config import ENV_DB_URL, default_db_url
 from offset_assets.control_plane.database import ControlPlane, ControlPlaneNotFoundError, connect
 from offset_assets.errors import OffsetAssetsError
 
-
 # ctx.obj's key saying the command runs in the console script's own process (`run`).
 OWN_PROCESS = "own_process"
 

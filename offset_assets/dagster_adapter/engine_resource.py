@@ -43,9 +43,9 @@ from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_pla
 from offset_assets.engine import IncrementalEngine
 from offset_assets.engine.held_inputs import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
+from offset_assets.engine.result import RunResult
 from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import Transformation, TransformFunction, TransformInput
-from offset_assets.engine.result import RunResult
 from offset_assets.engine.vocabulary import RunRequest
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion
 from offset_assets.reading.tables import VersionedTables
