@@ -29,21 +29,22 @@ def test_a_small_change_through_a_graph_costs_at_most_two_spark_jobs_per_asset(s
 
     ten_rows = bench.scenario(new_ids(ROWS, CHAINS, one_chain=False))
 
-    # Every asset works: a copy's one job is its changed index (its rows read, classified
-    # and written by the driver); the fan-in collects its union with one job more, the
-    # reference join its join with two (Spark's broadcast of the groups, the collect).
+    # Every asset works: a copy costs no Spark job (its changed index, its rows, their
+    # classification and write all by the driver, its output a local relation collected
+    # without a job); the fan-in collects its union of two local relations with one job,
+    # the reference join its join with two (Spark's broadcast of the groups, the collect).
     assert ten_rows["success"] and ten_rows["assets_materialized"] == ASSETS
-    copies = {f"chain{c}_{d}": 1 for c in range(CHAINS) for d in range(1, DEPTH + 1)}
-    assert ten_rows["jobs_by_asset"] == {**copies, "gathered": 2, "labelled": 3}
+    copies = {f"chain{c}_{d}": 0 for c in range(CHAINS) for d in range(1, DEPTH + 1)}
+    assert ten_rows["jobs_by_asset"] == {**copies, "gathered": 1, "labelled": 2}
     assert ten_rows["spark_jobs"] == sum(ten_rows["jobs_by_asset"].values()) <= 2 * ASSETS
 
     # A change of chain 0: the other chain's head processes the keys and keeps none of
-    # them (one job), its other copies have nothing to do (none), the fan-in still runs,
-    # in one job: the other chain holds none of its keys, and Spark drops the empty side
-    # of the union (its rows are local relations the driver read).
+    # them, its other copies have nothing to do (not materialized), the fan-in still runs,
+    # without a job: the other chain holds none of its keys, and Spark drops the empty
+    # side of the union, leaving a local relation.
     one_chain = bench.scenario(new_ids(ROWS + 10, CHAINS, one_chain=True))
     assert one_chain["success"] and one_chain["spark_jobs"] <= 2 * ASSETS
-    assert one_chain["jobs_by_asset"]["gathered"] == 1 and "chain1_2" not in one_chain["jobs_by_asset"]
+    assert one_chain["jobs_by_asset"]["gathered"] == 0 and "chain1_2" not in one_chain["jobs_by_asset"]
 
     nothing_to_do = bench.scenario([])
     assert nothing_to_do["success"] and nothing_to_do["spark_jobs"] == 0

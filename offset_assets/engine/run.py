@@ -132,7 +132,8 @@ class TransformationRun:
                 self.spark, self.state.versions_stored.values(), self.engine.small_run_rows_limit))
         with self._profiler.phase("changed_index"):
             selected = select_keys(self.t, self.meta, self.state.request, self.state.by_input, self.request.keys,
-                                   self.engine.pushdown_limit, self.engine.driver_keys_limit)
+                                   self.engine.pushdown_limit, self.engine.driver_keys_limit,
+                                   self.engine.held_rows_limit)
         self._keys = selected.keys
         held_limit = self.engine.held_rows_limit
         self._writer = OutputWriter(self.t, self.holder, self.run_id, self._reads, self.meta, self.result,

@@ -49,7 +49,7 @@ from offset_assets.engine.changed_keys.candidates import (
     input_candidates,
     reprocess_keys,
 )
-from offset_assets.engine.changed_keys.request import IndexRequest, listed_failure_deltas
+from offset_assets.engine.changed_keys.request import IndexRequest, listed_failure_deltas, meta_deltas_since
 from offset_assets.engine.loading import build_side, is_bounded, one_partition
 from offset_assets.engine.transformation import Transformation
 from offset_assets.versioned.key_joins import join_on_keys
@@ -143,14 +143,7 @@ def _compute_changed_index(
         candidates = reduce(DataFrame.unionByName, [part.rows for part in parts])
         single = all(part.one_partition for part in parts)
         if request.use_offsets:
-            read_from = [deltas[0].commit_ts for deltas in by_input.values()]
-            if request.failed_since is not None:
-                read_from.append(request.failed_since)
-            since = min(read_from)
-            if request.meta_deltas is None:
-                meta_deltas = meta.catalog.committed(meta.name, since_ts=since)
-            else:  # the same deltas, from the run's listing (commit_ts >= since, number order)
-                meta_deltas = [d for d in request.meta_deltas if d.commit_ts >= since]
+            meta_deltas = meta_deltas_since(meta, request, by_input) or []
             known_rows = versions_bound(meta_deltas)
             known = latest_meta_of(meta, meta_deltas, limit) if meta_deltas else None
         else:

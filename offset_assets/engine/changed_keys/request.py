@@ -116,3 +116,19 @@ def listed_failure_deltas(meta: VersionedTable, request: IndexRequest) -> list[D
         return []
     listed = set(request.failed_deltas)
     return [d for d in request.meta_listing(meta) if d.delta_num in listed]
+
+
+def meta_deltas_since(meta: VersionedTable, request: IndexRequest,
+                      by_input: Mapping[str, Sequence[DeltaInfo]]) -> list[DeltaInfo] | None:
+    """The meta deltas a v2 index checks its candidates against: committed since the
+    oldest delta any input contributes or the oldest listed failure (every meta row
+    written after a candidate's version is there); None when nothing is read."""
+    read_from = [deltas[0].commit_ts for deltas in by_input.values()]
+    if request.failed_since is not None:
+        read_from.append(request.failed_since)
+    if not read_from:
+        return None
+    since = min(read_from)
+    if request.meta_deltas is None:
+        return meta.catalog.committed(meta.name, since_ts=since)
+    return [d for d in request.meta_deltas if d.commit_ts >= since]  # the run's listing, in number order

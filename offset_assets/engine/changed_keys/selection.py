@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
+from offset_assets.engine.changed_keys.held_index import held_index
 from offset_assets.engine.changed_keys.held_keys import (
     DistributedKeys,
     KeysLike,
@@ -44,15 +45,19 @@ class SelectedKeys:
 
 def select_keys(t: Transformation, meta: VersionedTable, request: IndexRequest | None,
                 by_input: Mapping[str, Sequence[DeltaInfo]], explicit: KeysLike | None,
-                pushdown_limit: int, limit: int) -> SelectedKeys:
+                pushdown_limit: int, limit: int, held_limit: int = 0) -> SelectedKeys:
     """The keys of a run: `explicit` ones (a changelist), else the changed index a full
-    run's `request` asks for (`by_input`: the deltas each input contributes, `RunState`),
-    collected when within `limit` rows, else kept distributed."""
+    run's `request` asks for (`by_input`: the deltas each input contributes, `RunState`):
+    computed by the driver when it reads at most `held_limit` versions (`held_index.py`),
+    else by Spark, collected when within `limit` rows, else kept distributed."""
     columns = list(t.transform_keys)
     if explicit is not None:
         return SelectedKeys(explicit_keys(t, explicit, limit))
     key_types = {c: meta.schema[c].dataType for c in columns}
     deltas_read = by_input if request.use_offsets else {}
+    held = held_index(t, meta, request, by_input, min(held_limit, limit))
+    if held is not None:
+        return SelectedKeys(local_from_rows(columns, held, t.batch_size), deltas_read)
     index = compute_changed_index(t, meta, request, pushdown_limit, by_input, broadcast_limit=limit)
     if index is None:
         return SelectedKeys(local_from_keys(columns, [], t.batch_size), deltas_read)
