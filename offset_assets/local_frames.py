@@ -174,8 +174,8 @@ def collect_arrow(df: DataFrame, schema: StructType, limit: int) -> pa.Table | N
         return None if rows.num_rows > limit else rows.cast(target)
     if held > limit:
         return None
-    rows = collect_instants(df.select(*[F.col(f"`{c}`") for c in schema.names]), schema.names,
-                            timestamp_columns({f.name: f.dataType for f in schema.fields}))
+    selected = df if df.columns == schema.names else df.select(*[F.col(f"`{c}`") for c in schema.names])
+    rows = collect_instants(selected, schema.names, timestamp_columns({f.name: f.dataType for f in schema.fields}))
     columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema.fields]
     return pa.Table.from_arrays([pa.array([_arrow_value(v) for v in values], field.type)
                                  for values, field in zip(columns, target, strict=True)], schema=target)

@@ -230,6 +230,7 @@ class Profiler:
     _tagging: bool = False
     _driver_pid: int | None = None
     _driver_at_start: DriverJvmTime | None = None
+    _jobs_at_start: int | None = None
 
     @classmethod
     def start(cls, spark: SparkSession) -> Profiler:
@@ -238,6 +239,7 @@ class Profiler:
         if profiler.sc is not None:
             profiler.sc.addJobTag(profiler.run_tag)
             profiler._tagging = True
+            profiler._jobs_at_start = spark_internals.jobs_submitted(profiler.sc)
             profiler._driver_pid = jvm_pid(profiler.sc)
             profiler._driver_at_start = DriverJvmTime.read(profiler.sc, profiler._driver_pid)
         return profiler
@@ -296,7 +298,11 @@ class Profiler:
                           driver_jvm=driver_jvm)
 
     def _jobs(self, phases: list[str]) -> list[ProfiledJob]:
-        """The run's jobs, each with the phase whose tag it carried (`other`: none)."""
+        """The run's jobs, each with the phase whose tag it carried (`other`: none); none
+        without reading the status store when the context started no job since the run
+        began (a small run's usual case: listing jobs by tag scans the store's jobs)."""
+        if self._jobs_at_start is not None and spark_internals.jobs_submitted(self.sc) == self._jobs_at_start:
+            return []
         found = jobs_by_tag(self.sc, [self.run_tag, *(self._phase_tag(name) for name in phases)])
         phase_of = {job.job_id: name for name in phases for job in found[self._phase_tag(name)]}
         return [ProfiledJob(job.job_id, phase_of.get(job.job_id, OTHER), job.name, job.seconds)

@@ -103,6 +103,18 @@ def job_ids_for_tags(sc: SparkContext, tags: Sequence[str]) -> dict[str, list[in
     return _reached("SparkStatusTracker.getJobIdsForTag", "jobs are counted by job group, or not", reach)
 
 
+def jobs_submitted(sc: SparkContext) -> int | None:
+    """How many jobs `sc` has been asked to run so far, by any thread (the DAG scheduler's
+    next job id): one JVM call. Equal before and after a block, no job ran in it, so
+    nothing needs to be listed by tag. None where the internal is missing."""
+
+    def reach() -> int:
+        found = sc._jsc.sc().dagScheduler().nextJobId()  # an AtomicInteger, given as its value
+        return int(found.get() if hasattr(found, "get") else found)
+
+    return _reached("DAGScheduler.nextJobId", "a run's jobs are always listed by tag", reach)
+
+
 def lists_jobs_by_tag(sc: SparkContext) -> bool:
     """Whether `job_ids_for_tags` answers for `sc` (asked once per context: four JVM calls)."""
     jsc = getattr(sc, "_jsc", None)

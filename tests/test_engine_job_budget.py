@@ -418,9 +418,10 @@ def test_a_run_of_more_keys_than_the_pushdown_limit_costs_no_spark_job_by_the_dr
     """3,000 changed keys (1,500 new, 1,500 updated or deleted all over the table) of a
     30,000-row copy. By the driver: no Spark job (the changed index from the two deltas
     and the meta delta since the offset, the keys' rows read from the two deltas, the
-    output's 30,000 committed versions read, classified against and written with pyarrow). By Spark: more keys than the engine pushes down as an
-    IN filter (2,000), so the keys are joined, in one partition with the relation of the
-    driver's keys (no broadcast, no exchange). Per phase, off / on:
+    output's 30,000 committed versions read, classified against and written with
+    pyarrow). By Spark: more keys than the engine pushes down as an IN filter (2,000), so
+    the keys are joined, in one partition with the relation of the driver's keys (no
+    broadcast, no exchange). Per phase, off / on:
 
     - changed_index 1 / 1: the two deltas' keys, collected;
     - input_reads 1 / 2: the keys' newest versions in those deltas, counted (under

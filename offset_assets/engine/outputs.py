@@ -351,6 +351,8 @@ def declared_columns(tid: str, table: str, schema: StructType, df: DataFrame) ->
             f"transformation {tid!r}: output {table!r} returned column(s) of the wrong type {wrong}; "
             "only conversions that lose no value are made"
         )
+    if df.columns == schema.names and all(df.schema[f.name].dataType == f.dataType for f in schema.fields):
+        return df  # already the table's columns in order: no projection (one analysis less)
     # Columns of the declared type are selected as they are: the plan stays the function's.
     return df.select(*[
         F.col(f"`{f.name}`") if df.schema[f.name].dataType == f.dataType
