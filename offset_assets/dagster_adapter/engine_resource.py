@@ -88,10 +88,11 @@ class IncrementalEngineResource(dg.ConfigurableResource):
     )
     held_rows_limit: int = Field(
         default=DEFAULT_HELD_ROWS_LIMIT,
-        description="A batch whose keys the driver holds and whose reads the catalog bounds within this many "
-        "versions is read by the driver, and an output with at most this many committed versions is classified "
-        "and written by the driver (pyarrow, no Spark job; the warehouse must be reachable from it, as for "
-        "deleting files); 0: everything by Spark.",
+        description="An incremental run whose changed index reads at most this many versions (as the catalog "
+        "bounds them) is indexed by the driver, a batch whose keys the driver holds and whose reads the catalog "
+        "bounds so is read by it, and an output with at most this many committed versions is classified and "
+        "written by it (pyarrow, no Spark job; the warehouse must be reachable from it, as for deleting files); "
+        "0: everything by Spark.",
     )
     row_count: bool = Field(
         default=True,

@@ -42,11 +42,12 @@ class IncrementalEngine:
     is shuffled. `small_run_rows_limit`: a run whose tables hold at most this many
     stored versions in all is small: it evaluates its expressions interpreted rather than
     compiling them, without adaptive execution, its shuffles in few partitions
-    (`evaluation.py`; 0: every run as the session is configured). `held_rows_limit`: a
-    batch whose keys the driver holds and whose reads the catalog bounds within this many
-    versions is read by the driver, and an output whose committed versions it bounds so
-    is classified and written by the driver, with pyarrow and no Spark job
-    (`held_inputs.py`, `outputs.py`; 0: everything by Spark). Decided before a plan is
+    (`evaluation.py`; 0: every run as the session is configured). `held_rows_limit`: an
+    incremental run whose changed index reads at most this many versions, as the catalog
+    bounds them, is indexed by the driver; a batch whose keys the driver holds and whose
+    reads the catalog bounds so is read by it, and an output whose committed versions it
+    bounds so is classified and written by it, with pyarrow and no Spark job
+    (`changed_keys/held_index.py`, `held_inputs.py`, `outputs.py`; 0: everything by Spark). Decided before a plan is
     built, from the catalog, not from a Spark count."""
 
     def __init__(
