@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
@@ -18,6 +19,7 @@ from offset_assets.control_plane.offsets import OffsetRepository
 from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
 from offset_assets.engine.changed_keys import DEFAULT_DRIVER_LIMIT, ChangedIndex, KeysLike, compute_changed_index
+from offset_assets.engine.changed_keys.held_index import held_index
 from offset_assets.engine.held_inputs import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
@@ -113,11 +115,22 @@ class IncrementalEngine:
 
     def changed_keys(self, transformation: Transformation, change_detection: ChangeDetectionLike | None = None,
                      ) -> DataFrame:
-        """The keys a run would process now (read-only; no lease, nothing written)."""
-        index = self.changed_index(transformation, change_detection)
+        """The keys a run would process now (read-only; no lease, nothing written), found
+        as a run finds them: by the driver when the run's index would be
+        (`changed_keys/held_index.py`), else by Spark."""
         keys = list(transformation.transform_keys)
+        mode = change_detection or transformation.change_detection
+        meta = meta_table(self.spark, self.plane, transformation)
+        request = current_request(self.plane, transformation.transformation_id,
+                                  [inp.name for inp in transformation.inputs], mode)
+        held = held_index(transformation, meta, request, request.deltas_by_input(transformation),
+                          min(self.held_rows_limit, self.driver_keys_limit))
+        if held is not None:
+            distinct = held.select(keys).group_by(keys, use_threads=False).aggregate([])
+            return self.spark.createDataFrame(distinct.select(keys), StructType([meta.schema[k] for k in keys]))
+        index = compute_changed_index(transformation, meta, request, self.pushdown_limit,
+                                      broadcast_limit=self.driver_keys_limit)
         if index is None:
-            meta = meta_table(self.spark, self.plane, transformation)
             return meta.read_actual().select(*keys).where("false")
         return index.rows.select(*keys).distinct()
 
