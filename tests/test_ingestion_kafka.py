@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass, field
 
 import pytest
+from pyspark.errors import PythonException
 from pyspark.sql import types as T
 
 from offset_assets.control_plane import connect
@@ -254,10 +255,12 @@ def test_a_broker_stopped_mid_range_fails_the_range_and_the_retry_commits_it_exa
         with pytest.raises(IngestionError) as failed:
             ingestion.run_pending()
         # Raised in an executor's Python worker (whichever slice's task failed first):
-        # Spark's error carries it.
-        assert re.search(
-            rf"SourceError: Kafka at {kafka_broker.bootstrap_servers}, topic '{topic}' partition [01] "
+        # the range fails with the source's own error, chained to Spark's.
+        assert isinstance(failed.value.__cause__, SourceError)
+        assert re.match(
+            rf"Kafka at {kafka_broker.bootstrap_servers}, topic '{topic}' partition [01] "
             rf"offsets 0\.\.[12]: nothing read for 2 s at offset 0", str(failed.value.__cause__))
+        assert isinstance(failed.value.__cause__.__cause__, PythonException)
         # The end was recorded before a message was read: the retry reads this same slice.
         assert logged(plane) == [("{}", f'{{"{topic}":{{"0":2,"1":1}}}}', "FAILURE", 1)]
         # job_log keeps the worker's own error, not "An exception was thrown from the Python worker".

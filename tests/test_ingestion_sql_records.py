@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
-from offset_assets.ranges.errors import IngestionError
+from offset_assets.ranges.errors import IngestionError, MalformedValueError
 from offset_assets.ranges.ingestion import QUARANTINE_KEY, QUARANTINE_SCHEMA, IngestionJob, RangeIngestion, TargetTable
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
@@ -154,6 +154,8 @@ def test_a_value_its_column_cannot_hold_fails_the_range_naming_the_row_column_an
     plane = connect(sqlite_url)
     with pytest.raises(IngestionError) as refused:
         RangeIngestion(spark, plane, stock_job(loose), warehouse).run_pending()
+    # Read on the executors, the range fails with the source's own error all the same.
+    assert isinstance(refused.value.__cause__, MalformedValueError)
     assert str(refused.value).endswith(
         "MalformedValueError: SQL source 'stock' at " + loose + ": row {\"id\": 2}: column 'qty' holds 'many', "
         "which is not bigint")
@@ -208,6 +210,7 @@ def test_a_fraction_in_an_integer_column_is_never_truncated_into_a_bigint_but_fa
     plane = connect(sqlite_url)
     with pytest.raises(IngestionError) as refused:
         RangeIngestion(spark, plane, stock_job(fractions), warehouse).run_pending()
+    assert isinstance(refused.value.__cause__, MalformedValueError)
     assert str(refused.value).endswith(
         f"MalformedValueError: SQL source 'stock' at {fractions}: row {{\"id\": 1}}: column 'qty' holds 1.25, "
         "which is not bigint")
@@ -336,6 +339,7 @@ def check_lone_value(spark, plane, warehouse, job: IngestionJob, read: tuple, sh
     if job.on_malformed == "fail":
         with pytest.raises(IngestionError) as refused:
             RangeIngestion(spark, plane, job, warehouse).run_pending()
+        assert isinstance(refused.value.__cause__, MalformedValueError)
         assert str(refused.value).endswith(f"MalformedValueError: {job.source._where}: {reason}")
         (failed,) = JobLog(plane).history("lone")
         assert failed.status == "FAILURE" and table.last_committed() is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -21,8 +22,9 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord
+from offset_assets.ranges import errors as range_errors
 from offset_assets.ranges.claims import Heartbeat, claim_range
-from offset_assets.ranges.errors import IngestionError, PlanningError
+from offset_assets.ranges.errors import IngestionError, PlanningError, SourceError
 from offset_assets.ranges.ingestion.job import IngestionJob, is_open_window, plan_ranges
 from offset_assets.ranges.ingestion.malformed_policy import split_malformed
 from offset_assets.ranges.ingestion.rows import read_batch, shape_rows
@@ -260,7 +262,7 @@ class RangeIngestion:
             raise IngestionError(
                 f"job {self.job.name!r} range {data_range.start!r}..{data_range.end!r} failed "
                 f"(job_id {claim.job_id}, attempt {claim.attempt}): {_one_line(exc)}"
-            ) from exc
+            ) from _source_error(exc)
         profile = profiler.finish()
         logger.debug("ingestion %s range %r..%r: %s", self.job.name, data_range.start, end, profile.describe())
         return RangeResult(
@@ -352,6 +354,24 @@ def _backlog_args(planned: DataRange | None) -> dict[str, Any]:
     if planned is None or planned.backlog is None:
         return {}
     return {"backlog_end": planned.backlog.end, "backlog_ranges": planned.backlog.ranges}
+
+
+def _source_error(exc: BaseException) -> BaseException:
+    """The source's own error when `exc` is an executor's Python worker failing with one
+    (a SQL slice's malformed value, a Kafka slice's broker timeout: sources read on the
+    executors), chained to Spark's error; else `exc`. So a range fails with the same
+    error type wherever its rows were read."""
+    lines = str(exc).strip().splitlines() if isinstance(exc, PythonException) else []
+    found = _WORKER_ERROR.fullmatch(lines[-1]) if lines else None
+    kind = getattr(range_errors, found["name"], None) if found else None
+    if not (isinstance(kind, type) and issubclass(kind, SourceError)):
+        return exc
+    error = kind(found["message"])
+    error.__cause__ = exc
+    return error
+
+
+_WORKER_ERROR = re.compile(r"offset_assets\.ranges\.errors\.(?P<name>\w+): (?P<message>.*)")
 
 
 def _one_line(exc: BaseException) -> str:
