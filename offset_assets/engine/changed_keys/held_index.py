@@ -28,17 +28,18 @@ beyond the limit. The engine's property test runs both (one shard in five with t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StringType
+from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StringType, StructType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.engine.changed_keys.candidates import INPUT_COL, TS_COL
+from offset_assets.engine.changed_keys.held_keys import key_order
 from offset_assets.engine.changed_keys.request import IndexRequest, listed_failure_deltas, meta_deltas_since
 from offset_assets.engine.transformation import Transformation, TransformInput
-from offset_assets.versioned.held_files import held_schema, newest_per_key, read_versions
+from offset_assets.versioned.held_files import arrow_schema, held_schema, newest_per_key, read_versions
 from offset_assets.versioned.layout import OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.reads import actual_bound, versions_bound
 from offset_assets.versioned.table import VersionedTable
@@ -154,7 +155,7 @@ class _Index:
         if not set(columns) <= set(pk):
             records = _tuples(versions, pk)
             ops, nums = versions[SYS_OP].to_pylist(), versions[SYS_FROM].to_pylist()
-            order = sorted(range(versions.num_rows), key=lambda i: (_order(records[i]), nums[i]))
+            order = sorted(range(versions.num_rows), key=lambda i: (key_order(records[i]), nums[i]))
             earliest: dict[Row, float] = {}
             previous: int | None = None
             for i in order:
@@ -209,16 +210,10 @@ def _tuples(table: pa.Table, columns: Sequence[str]) -> list[Row]:
     return list(zip(*(table[c].to_pylist() for c in columns), strict=True))
 
 
-def _order(row: Iterable) -> tuple:
-    """A sort key in which None comes first (Spark's ascending order, nulls first)."""
-    return tuple((value is not None, value) for value in row)
-
-
 def _as_table(meta: VersionedTable, keys: Sequence[str], rows: Sequence[Candidate]) -> pa.Table:
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    columns = list(zip(*rows, strict=True)) if rows else [()] * (len(keys) + 2)
-    fields = [pa.field(k, to_arrow_type(meta.schema[k].dataType)) for k in keys]
-    fields += [pa.field(TS_COL, pa.float64()), pa.field(INPUT_COL, pa.string())]
-    return pa.table([pa.array(list(values), f.type) for values, f in zip(columns, fields, strict=True)],
-                    schema=pa.schema(fields))
+    """`rows` as the Arrow table `held_keys.collect_index` gives: key columns of the meta's
+    types, then update_ts and the input name."""
+    key_fields = list(arrow_schema(StructType([meta.schema[k] for k in keys]), with_system=False))
+    schema = pa.schema([*key_fields, pa.field(TS_COL, pa.float64()), pa.field(INPUT_COL, pa.string())])
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+    return pa.table([pa.array(list(values), f.type) for values, f in zip(columns, schema, strict=True)], schema=schema)
