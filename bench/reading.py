@@ -3,7 +3,10 @@
 Builds a table of `--rows` new keys over `--deltas` deltas through the real write path
 (each delta inserts new keys, updates and deletes existing ones: `bench.versioned_reads`'
 generator), writes its actual state once more as one plain Parquet folder (the baseline:
-the same rows, no versions, no catalog), then measures, before and after `compact()`:
+the same rows, no versions, no catalog), then measures it in three states: never compacted
+(`--deltas` delta folders), maintained (the same deltas written to a second table with
+`maintain(table, MaintenancePolicy())` after each, as the reference project's maintenance
+job runs it: a snapshot and the few deltas after it) and after `compact()`:
 - through SQL: `VersionedTables.sql("SELECT * FROM orders")` (the catalog pinned, the read
   planned, every row materialised by Spark's no-op sink), against
   `spark.read.parquet(plain)` materialised the same way;
@@ -66,16 +69,16 @@ def without_jvm(kind: str, db_url: str, target: str, repeat: int) -> dict:
     return json.loads(process.stdout.strip().splitlines()[-1])
 
 
-def measure(spark, tables, db_url: str, plain: str, repeat: int) -> dict:
-    """The four reads of the table's actual state and of the plain folder."""
+def measure(spark, tables, db_url: str, name: str, plain: str, repeat: int) -> dict:
+    """The four reads of table `name`'s actual state and of the plain folder."""
     def materialise(frame) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
-    materialise(tables.sql("SELECT * FROM orders"))  # warm: the first read of a plan shape compiles its code
+    materialise(tables.sql(f"SELECT * FROM {name}"))  # warm: the first read of a plan shape compiles its code
     materialise(spark.read.parquet(plain))
-    sql = timed(lambda: materialise(tables.sql("SELECT * FROM orders")), repeat)
+    sql = timed(lambda: materialise(tables.sql(f"SELECT * FROM {name}")), repeat)
     sql_plain = timed(lambda: materialise(spark.read.parquet(plain)), repeat)
-    arrow = without_jvm("versioned", db_url, "orders", repeat)
+    arrow = without_jvm("versioned", db_url, name, repeat)
     arrow_plain = without_jvm("plain", db_url, plain, repeat)
     return {
         "sql": sql, "spark_plain_parquet": sql_plain,
@@ -106,6 +109,7 @@ def main() -> None:
     from offset_assets.spark import get_spark_session
     from offset_assets.versioned import VersionedTable
     from offset_assets.versioned.compaction import compact
+    from offset_assets.versioned.maintenance import MaintenancePolicy, maintain
 
     spark = get_spark_session(master=args.master, app_name="bench-reading", conf={
         "spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -115,18 +119,31 @@ def main() -> None:
     updates, deletes = max(1, inserts // 5), max(1, inserts // 100)
     with tempfile.TemporaryDirectory(prefix="bench-reading-") as root:
         db_url = f"sqlite:///{root}/control_plane.db"
-        table = VersionedTable(spark, connect(db_url), "orders", ["order_id"], SCHEMA, warehouse=f"{root}/warehouse")
+        plane = connect(db_url)
+        table = VersionedTable(spark, plane, "orders", ["order_id"], SCHEMA, warehouse=f"{root}/warehouse")
+        kept = VersionedTable(spark, plane, "orders_maintained", ["order_id"], SCHEMA, warehouse=f"{root}/warehouse")
         started = time.perf_counter()
+        compactions = []
         for delta in range(1, args.deltas + 1):
-            table.write_delta(delta_rows(spark, delta, inserts, updates, deletes))
+            rows_of_delta = delta_rows(spark, delta, inserts, updates, deletes)
+            table.write_delta(rows_of_delta)
+            kept.write_delta(rows_of_delta)
+            if maintain(kept, MaintenancePolicy()).compacted:
+                compactions.append(delta)
         write_s = time.perf_counter() - started
+        snapshot = kept.catalog.snapshot_at(kept.name, args.deltas)
+        maintained_state = {"compacted_after_deltas": compactions, "snapshot_rows": snapshot.row_count,
+                            "deltas_after_snapshot": args.deltas - snapshot.delta_num}
         plain = f"{root}/plain"
         table.read_actual().select(*SCHEMA.fieldNames()).write.parquet(plain)
         tables = VersionedTables(spark, db_url)
-        before = measure(spark, tables, db_url, plain, args.repeat)
+        before = measure(spark, tables, db_url, "orders", plain, args.repeat)
+        maintained = measure(spark, tables, db_url, "orders_maintained", plain, args.repeat)
         compact(table)
-        after = measure(spark, tables, db_url, plain, args.repeat)
+        after = measure(spark, tables, db_url, "orders", plain, args.repeat)
         rows = before["arrow"]["rows"]
+        if maintained["arrow"]["rows"] != rows:
+            raise SystemExit(f"the maintained table has {maintained['arrow']['rows']} rows, the other {rows}")
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent.parent,
                             capture_output=True, text=True).stdout.strip() or None
@@ -134,20 +151,23 @@ def main() -> None:
         "benchmark": "reading", "commit": commit, "master": args.master, "driver_memory": args.driver_memory,
         "deltas": args.deltas,
         "per_delta": {"inserts": inserts, "updates": updates, "deletes": deletes}, "actual_rows": rows,
-        "write_s": round(write_s, 1), "before_compaction": before, "after_compaction": after,
+        "write_s": round(write_s, 1), "before_compaction": before, "maintained": maintained,
+        "maintained_state": maintained_state, "after_compaction": after,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"\n{rows:,} actual rows over {args.deltas} deltas (written in {write_s:.0f} s), median of {args.repeat}")
-    print(f"{'read':44} {'before (s)':>11} {'after (s)':>10}")
+    print(f"\n{rows:,} actual rows over {args.deltas} deltas (both tables written in {write_s:.0f} s), "
+          f"median of {args.repeat}; maintained: compacted after deltas {compactions}")
+    states = (("never compacted", before), ("maintained", maintained), ("compacted", after))
+    print(f"{'read':32}" + "".join(f"{label:>17}" for label, _ in states))
     for name, key in (("SQL (VersionedTables.sql)", "sql"), ("Spark, plain Parquet", "spark_plain_parquet"),
                       ("without a JVM (read_arrow)", "arrow"), ("pyarrow, plain Parquet", "arrow_plain_parquet")):
-        print(f"{name:44} {before[key]['median_s']:>11.2f} {after[key]['median_s']:>10.2f}")
+        print(f"{name:32}" + "".join(f"{part[key]['median_s']:>17.2f}" for _, part in states))
     for name, key in (("ratio SQL / plain", "sql_ratio"), ("ratio without a JVM / plain", "arrow_ratio")):
-        print(f"{name:44} {before[key]:>11.2f} {after[key]:>10.2f}")
-    for label, part in (("before", before), ("after", after)):
+        print(f"{name:32}" + "".join(f"{part[key]:>17.2f}" for _, part in states))
+    for label, part in states:
         arrow = part["arrow"]
-        print(f"without a JVM, {label} compaction: {arrow['bytes_on_disk']:,} bytes on disk, Arrow peak "
+        print(f"without a JVM, {label}: {arrow['bytes_on_disk']:,} bytes on disk, Arrow peak "
               f"{arrow['arrow_peak_bytes']:,} bytes, peak RSS {arrow['max_rss_bytes']:,} bytes")
     print(f"report: {args.out}")
     spark.stop()

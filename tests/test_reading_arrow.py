@@ -177,3 +177,23 @@ def test_the_newest_version_of_each_key_treats_null_and_nan_keys_as_keys():
         (None, "a", 1), (1.0, "a", 1), ("nan", "b", 1), (None, "b", 2), ("nan", "c", 2), (1.0, "c", 2)], key=repr)
     one_key = versions.select(["k", "sys_from"])
     assert told(one_key.take(_newest_per_key(one_key, ["k"]))) == sorted([(None, 2), (1.0, 2), ("nan", 2)], key=repr)
+
+
+def test_a_compacted_tables_later_deltas_replace_and_delete_its_rows_null_key_included_as_sparks_read_does(
+        spark, sqlite_url, warehouse):
+    schema = StructType([StructField("code", StringType()), StructField("n", LongType())])
+    plane = connect(sqlite_url)
+    table = VersionedTable(spark, plane, "codes", ["code"], schema, warehouse=warehouse)
+    table.write_delta(local_frame(spark, [(None, 1, 0), ("a", 1, 0), ("b", 1, 0), ("c", 1, 0)], with_op(schema)))
+    compact(table)
+    table.write_delta(local_frame(spark, [(None, 2, 0), ("b", 2, 1), ("d", 2, 0)], with_op(schema)))
+    table.write_delta(local_frame(spark, [("d", 3, 1), ("c", 3, 0)], with_op(schema)))
+
+    without_jvm = read_arrow(sqlite_url, "codes")
+    spark_read = to_arrow(table.read_actual())
+
+    def rows(read: pa.Table) -> list[tuple]:
+        return sorted(((r["code"], r["n"], r["sys_from"]) for r in read.to_pylist()), key=repr)
+
+    assert without_jvm.schema == spark_read.schema
+    assert rows(without_jvm) == rows(spark_read) == sorted([(None, 2, 2), ("a", 1, 1), ("c", 3, 3)], key=repr)

@@ -117,14 +117,7 @@ class ArrowRead:
         if UPDATE_TS not in snapshot.column_names:
             snapshot = snapshot.append_column(UPDATE_TS, pa.nulls(snapshot.num_rows, pa.float64()))
         versions = versions.append_column(UPDATE_TS, pa.nulls(versions.num_rows, pa.float64()))
-        # A snapshot alone is the state (one upsert per key); otherwise the newest version
-        # of each key, unless it is a delete, taken from the versions once.
-        if versions.num_rows:
-            every = pa.concat_tables([snapshot, versions])
-            newest = _newest_per_key(every, self.primary_key)
-            state = every.take(pc.filter(newest, pc.equal(pc.take(every[SYS_OP], newest), OP_UPSERT)))
-        else:
-            state = snapshot
+        state = _newest_upserts(snapshot, versions, self.primary_key)
         update_ts = pc.coalesce(state[UPDATE_TS], self._commit_ts(state[SYS_FROM]))
         result = state.select(columns + [SYS_FROM]).append_column(SYS_TO, pa.nulls(state.num_rows, pa.int64()))
         return result.append_column(SYS_OP, state[SYS_OP]).append_column(UPDATE_TS, update_ts)
@@ -275,6 +268,30 @@ def _next_version_minus_one(versions: pa.Table, primary_key: list[str]) -> pa.Ar
     next_is_same_key = pc.invert(pa.concat_arrays([first.slice(1), pa.array([True])]))
     following = pa.concat_arrays([versions[SYS_FROM].combine_chunks().slice(1), pa.array([None], pa.int64())])
     return pc.if_else(next_is_same_key, pc.subtract(following, 1), pa.scalar(None, pa.int64()))
+
+
+def _newest_upserts(snapshot: pa.Table, versions: pa.Table, primary_key: list[str]) -> pa.Table:
+    """The actual state from `snapshot` (one upsert per key) and the deltas' `versions`
+    after it: the newest version of each key, unless it is a delete.
+
+    With one key column that hashes as Spark compares it (not floating point: Arrow's
+    hash tells -0.0 from 0.0, Spark's grouping does not), the snapshot rows are kept by a
+    hash lookup of the keys the deltas wrote, and only the deltas' versions are sorted: a
+    maintained table's deltas are a small part of it, and the read costs little more than
+    its files' scan. Otherwise the snapshot and the versions are sorted together."""
+    if versions.num_rows == 0:
+        return snapshot
+    key_type = versions.schema.field(primary_key[0]).type
+    if len(primary_key) == 1 and snapshot.num_rows and not pa.types.is_floating(key_type):
+        newest = versions.take(_newest_per_key(versions, primary_key))
+        live = newest.filter(pc.equal(newest[SYS_OP], OP_UPSERT))
+        # skip_nulls=False: a NULL key in the deltas replaces the snapshot's NULL key row.
+        replaced = pc.is_in(snapshot[primary_key[0]], value_set=newest[primary_key[0]].combine_chunks(),
+                            skip_nulls=False)
+        return pa.concat_tables([snapshot.filter(pc.invert(replaced)), live])
+    every = pa.concat_tables([snapshot, versions])
+    newest = _newest_per_key(every, primary_key)
+    return every.take(pc.filter(newest, pc.equal(pc.take(every[SYS_OP], newest), OP_UPSERT)))
 
 
 def _newest_per_key(versions: pa.Table, primary_key: list[str]) -> pa.Array:

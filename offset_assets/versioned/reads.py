@@ -200,7 +200,9 @@ class TableReader:
             else:
                 latest = versions
             if base is not None:
-                replaced = latest.select(*self.primary_key)
+                # The keys the deltas wrote, from their scan, not from `latest`: the same
+                # keys, without ranking them a second time on the join's other side.
+                replaced = versions.select(*self.primary_key)
                 if limit is not None and not bounded:
                     replaced = replaced.hint("merge")  # shuffled: not held whole by one JVM
                 base = join_on_keys(base, replaced, self.primary_key, "left_anti", self.nullable)
