@@ -77,3 +77,48 @@ def test_ranges_with_aborted_transactions_between_them_ingest_exactly_what_read_
     assert ingestion.run_pending() == []
     assert sorted(ingested) == [(0, "a"), (4, "b"), (8, "c"), (9, "d"), (15, "e")]
 
+
+
+def test_a_partition_read_in_pieces_by_several_tasks_yields_exactly_the_messages_one_task_reads(
+        kafka_broker, spark):
+    """A large slice is cut into offset pieces that tasks read side by side
+    (`kafka_read.task_pieces`); the cuts fall inside an aborted transaction, on markers and
+    between a key's messages, and the rows are the same as one task's read of each partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from offset_assets.ranges.sources.kafka_read import OffsetSlice, slices_frame, task_pieces
+
+    topic = kafka_broker.new_topic("pieces", partitions=2)
+    kafka_broker.send(topic, [(f"k{i % 3}", f"v{i}") for i in range(7)])      # 0-6, keys repeat
+    kafka_broker.transaction(topic, ["x1", "x2"], commit=False)                # 7-8 aborted, marker 9
+    kafka_broker.transaction(topic, ["c1", "c2", "c3"])                        # 10-12, marker 13
+    kafka_broker.send(topic, [("k1", None), ("k8", "v8")])                     # 14 a tombstone, 15
+    kafka_broker.send(topic, [(f"p{i}", f"w{i}") for i in range(5)], partition=1)
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "watermarks"})
+    try:
+        ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)]
+    finally:
+        consumer.close()
+    assert ends == [16, 5]
+    slices = [OffsetSlice(topic, 0, 0, 16), OffsetSlice(topic, 1, 0, 5)]
+    config = {"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "offset-assets",
+              "isolation.level": "read_committed", "enable.partition.eof": True,
+              "auto.offset.reset": "error", "enable.auto.commit": False}
+
+    def rows(min_per_task: int) -> tuple[int, list[tuple]]:
+        frame = slices_frame(spark, slices, config, 20.0, min_per_task=min_per_task)
+        read = frame.select("kafka_partition", "kafka_offset", "key", "value").collect()
+        return frame.rdd.getNumPartitions(), sorted(tuple(row) for row in read)
+
+    tasks, whole = rows(min_per_task=1_000)
+    cut_tasks, cut = rows(min_per_task=3)
+
+    assert tasks == 2
+    assert cut_tasks == len(task_pieces(slices, spark.sparkContext.defaultParallelism, min_per_task=3)) > 2
+    assert whole == [
+        *[(0, i, f"k{i % 3}", f"v{i}") for i in range(7)],
+        *[(0, 10 + i, value, value) for i, value in enumerate(["c1", "c2", "c3"])],
+        (0, 14, "k1", None), (0, 15, "k8", "v8"),
+        *[(1, i, f"p{i}", f"w{i}") for i in range(5)],
+    ]
+    assert cut == whole

@@ -16,7 +16,15 @@ from offset_assets.ranges.sources.kafka import (
     slices_end,
 )
 from offset_assets.ranges.sources.kafka_message_rows import with_values_expanded
-from offset_assets.ranges.sources.kafka_read import MESSAGE_SCHEMA, REDACTED, OffsetSlice, SliceReading, redacted
+from offset_assets.ranges.sources.kafka_read import (
+    MESSAGE_SCHEMA,
+    MESSAGES_PER_TASK,
+    REDACTED,
+    OffsetSlice,
+    SliceReading,
+    redacted,
+    task_pieces,
+)
 
 
 def test_a_range_slices_each_partition_from_its_committed_offset_to_the_latest():
@@ -102,3 +110,19 @@ def test_a_kafka_source_shows_its_secret_settings_redacted():
     reading = SliceReading((OffsetSlice("orders", 0, 0, 5),), source.consumer_config, 5.0)
     assert reading.consumer_config["sasl.password"] == "pw-4711"
     assert "pw-4711" not in repr(reading) and "'sasl.password': '*********(redacted)'" in repr(reading)
+
+
+def test_large_slices_are_cut_into_even_pieces_in_whole_waves_over_the_cores():
+    three = [OffsetSlice("t", p, 0, 333_334 if p == 0 else 333_333) for p in range(3)]
+    pieces = task_pieces(three, 2)
+    # Three partitions on two cores: six halves, three full waves, not two tasks then one.
+    assert [(s.partition, s.start, s.stop) for s in pieces] == [
+        (0, 0, 166_667), (0, 166_667, 333_334), (1, 0, 166_666), (1, 166_666, 333_333),
+        (2, 0, 166_666), (2, 166_666, 333_333)]
+    backlog = task_pieces([OffsetSlice("t", p, 0, 1_666_667) for p in range(3)], 2)
+    assert len(backlog) == 12 and max(s.stop - s.start for s in backlog) <= MESSAGES_PER_TASK
+    # Small slices stay whole: a piece is never below the minimum.
+    increment = [OffsetSlice("t", p, 100_000, 103_334) for p in range(3)]
+    assert task_pieces(increment, 2) == tuple(increment)
+    assert task_pieces([OffsetSlice("t", 0, 0, 1_000_000)], 1) == (
+        OffsetSlice("t", 0, 0, 500_000), OffsetSlice("t", 0, 500_000, 1_000_000))

@@ -31,17 +31,19 @@ reaches the executors pickled; reprs show them redacted (`redacted`).
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from offset_assets.ranges.errors import SourceError
-from offset_assets.ranges.sources.slice_tasks import slice_tasks
+from offset_assets.ranges.sources.slice_tasks import session_parallelism, slice_tasks, whole_waves
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -232,15 +234,58 @@ def _texts(raw: list[bytes | str | None]) -> pa.Array:
         return pa.array([_text(value) for value in raw], pa.string())
 
 
+# A partition's slice is read by several tasks when that keeps the cores busy: pieces of
+# at least MIN_MESSAGES_PER_TASK offsets, at most MESSAGES_PER_TASK, in whole waves.
+MIN_MESSAGES_PER_TASK = 50_000
+MESSAGES_PER_TASK = 500_000
+
+
 def slices_frame(
     spark: SparkSession, slices: Sequence[OffsetSlice], consumer_config: Mapping[str, Any],
-    timeout_s: float,
+    timeout_s: float, min_per_task: int = MIN_MESSAGES_PER_TASK,
 ) -> DataFrame:
     """The messages of `slices` as a lazy DataFrame read by the executors (MESSAGE_SCHEMA),
-    one task per slice (`slice_tasks.py`). Empty slices are left out, and no slice at all
-    is an empty frame."""
+    a task per piece of a slice (`task_pieces`, `slice_tasks.py`). Empty slices are left
+    out, and no slice at all is an empty frame."""
     to_read = tuple(s for s in slices if s.start < s.stop)
     if not to_read:
         return spark.createDataFrame([], MESSAGE_SCHEMA)
-    reading = SliceReading(to_read, dict(consumer_config), timeout_s)
-    return slice_tasks(spark, len(to_read), reading.read_slice_number, MESSAGE_SCHEMA)
+    pieces = task_pieces(to_read, session_parallelism(spark), min_per_task)
+    reading = SliceReading(pieces, dict(consumer_config), timeout_s)
+    return slice_tasks(spark, len(pieces), reading.read_slice_number, MESSAGE_SCHEMA)
+
+
+def task_pieces(slices: Sequence[OffsetSlice], parallelism: int, min_per_task: int = MIN_MESSAGES_PER_TASK,
+                max_per_task: int = MESSAGES_PER_TASK) -> tuple[OffsetSlice, ...]:
+    """`slices` cut into consecutive offset pieces, one task each: three partitions on two
+    cores would run as two tasks, then one with a core idle; six halves keep both busy.
+    A piece holds at most `max_per_task` offsets and, when cut, at least `min_per_task`;
+    the pieces are as even as the slices allow, in whole waves over `parallelism` cores
+    where that is possible. A piece's rows are the slice's between its offsets: the
+    order of a key's messages is their offsets', whichever task read them."""
+    cores = max(parallelism, 1)
+    total = sum(s.stop - s.start for s in slices)
+    wanted = whole_waves(max(len(slices), math.ceil(total / max_per_task), min(cores, total // min_per_task)), cores)
+    first = None
+    for target in range(wanted, wanted + 4 * cores + 1):
+        size = max(min_per_task, math.ceil(total / target))
+        pieces = tuple(piece for s in slices for piece in _cut(s, _piece_count(s, size, min_per_task)))
+        first = first or pieces
+        if len(pieces) % cores == 0:
+            return pieces
+        if size == min_per_task:  # no smaller pieces: the waves stay as they are
+            break
+    return first
+
+
+def _piece_count(piece: OffsetSlice, size: int, min_per_task: int) -> int:
+    """Pieces of about `size` offsets for `piece`, none below `min_per_task`."""
+    length = piece.stop - piece.start
+    return max(1, min(math.ceil(length / size), length // min_per_task))
+
+
+def _cut(piece: OffsetSlice, count: int) -> list[OffsetSlice]:
+    """`piece` in `count` consecutive pieces of nearly equal offsets."""
+    length = piece.stop - piece.start
+    bounds = [piece.start + length * i // count for i in range(count + 1)]
+    return [OffsetSlice(piece.topic, piece.partition, low, high) for low, high in pairwise(bounds)]

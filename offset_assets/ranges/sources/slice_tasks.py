@@ -12,6 +12,7 @@ run over Connect paid them again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
@@ -26,6 +27,23 @@ if TYPE_CHECKING:
 
 # Reads slice number i as Arrow record batches (on an executor: picklable, holding no connection).
 SliceReader = Callable[[int], Iterator["pa.RecordBatch"]]
+
+
+def session_parallelism(spark: SparkSession) -> int:
+    """The session's default parallelism; a Spark Connect client has no SparkContext to
+    ask, so there it is `spark.default.parallelism` when set, else 1."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return spark.sparkContext.defaultParallelism
+    return int(spark.conf.get("spark.default.parallelism", None) or 1)
+
+
+def whole_waves(count: int, parallelism: int) -> int:
+    """`count` tasks rounded up to whole waves over `parallelism` cores once there are
+    more than cores: 5 tasks on 2 cores would run as 2, 2 and 1, the last wave leaving a
+    core idle; 6 smaller ones keep both busy to the end."""
+    if count > parallelism > 0:
+        return math.ceil(count / parallelism) * parallelism
+    return count
 
 
 def slice_tasks(spark: SparkSession, count: int, read_slice: SliceReader, schema: T.StructType) -> DataFrame:

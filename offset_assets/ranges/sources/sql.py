@@ -22,11 +22,10 @@ from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, parse_time
 from offset_assets.ranges.sources.batch import MALFORMED, SourceBatch
-from offset_assets.ranges.sources.slice_tasks import read_once
+from offset_assets.ranges.sources.slice_tasks import read_once, session_parallelism
 from offset_assets.ranges.sources.sql_read import (
     SlicedRead,
     SliceKind,
-    session_parallelism,
     slice_bounds,
     slice_count,
     source_engine,

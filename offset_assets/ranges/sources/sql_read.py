@@ -56,7 +56,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from offset_assets.control_plane.database import mask_url, sqlalchemy_url
 from offset_assets.ranges.errors import MalformedValueError, SourceError
 from offset_assets.ranges.sources.batch import MALFORMED, MALFORMED_TYPE, SHOWN_CHARS
-from offset_assets.ranges.sources.slice_tasks import slice_tasks
+from offset_assets.ranges.sources.slice_tasks import slice_tasks, whole_waves
 from offset_assets.ranges.sources.sql_arrow import (
     NotExact,
     arrow_backend,
@@ -153,25 +153,12 @@ def slice_bounds(kind: SliceKind, lower: Any, upper: Any, slices: int) -> list[A
 
 
 def slice_count(rows: int, rows_per_slice: int, parallelism: int) -> int:
-    """Slices for a range of `rows`: at most `rows_per_slice` rows each, and at least one
-    per core of the session while each still holds `MIN_ROWS_PER_SLICE` rows.
-
-    More slices than cores are rounded up to whole waves over the cores: 5 slices on 2
-    cores would run as 2, 2 and 1, the last wave leaving a core idle; 6 smaller slices
-    keep both busy to the end."""
-    by_size = math.ceil(rows / rows_per_slice)
-    if by_size > parallelism > 0:
-        by_size = math.ceil(by_size / parallelism) * parallelism
+    """Slices for a range of `rows`: at most `rows_per_slice` rows each, in whole waves
+    over the cores (`whole_waves`), and at least one per core of the session while each
+    still holds `MIN_ROWS_PER_SLICE` rows."""
+    by_size = whole_waves(math.ceil(rows / rows_per_slice), parallelism)
     by_cores = min(parallelism, rows // MIN_ROWS_PER_SLICE)
     return max(1, by_size, by_cores)
-
-
-def session_parallelism(spark: SparkSession) -> int:
-    """The session's default parallelism; a Spark Connect client has no SparkContext to
-    ask, so there it is `spark.default.parallelism` when set, else 1."""
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
-        return spark.sparkContext.defaultParallelism
-    return int(spark.conf.get("spark.default.parallelism", None) or 1)
 
 
 @dataclass(frozen=True)
