@@ -68,3 +68,21 @@ def test_a_slice_whose_last_offsets_are_markers_ends_at_its_stop_without_the_end
     assert read(kafka_broker, topic, 0, 5, **POSTPONED) == [(0, kib("a")), (1, kib("b"))]
     assert read(kafka_broker, topic, 0, 3, **POSTPONED) == [(0, kib("a")), (1, kib("b"))]
     assert read(kafka_broker, topic, 2, 5, **POSTPONED) == []
+
+
+def test_a_fetch_the_client_refuses_fails_the_slice_naming_the_brokers_reason_and_the_setting(kafka_broker):
+    """A fetch response larger than the client's `receive.message.max.bytes` drops the
+    connection; what the consumer then reports is a consequence (a coordinator look-up
+    that failed on it), so the error adds the broker error that says why."""
+    import pytest
+
+    from offset_assets.ranges.errors import SourceError
+
+    topic = kafka_broker.new_topic("oversized")
+    kafka_broker.produce(topic, [f"{i:03d}" + "x" * 200 for i in range(50)])  # 10 KB, one response
+    small = {"receive.message.max.bytes": 2000, "message.max.bytes": 1000, "fetch.max.bytes": 1000,
+             "max.partition.fetch.bytes": 500}
+
+    with pytest.raises(SourceError, match=r"partition 0 offsets 0\.\.50: .*\(last broker error: .*Invalid response "
+                                          r"size \d+ \(0\.\.2000\): increase receive\.message\.max\.bytes"):
+        read(kafka_broker, topic, 0, 50, **small)

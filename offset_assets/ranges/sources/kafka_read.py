@@ -156,9 +156,8 @@ def read_slice_messages(consumer_config: Mapping[str, Any], piece: OffsetSlice, 
                 if assigned.offset >= piece.stop:
                     return
                 if time.monotonic() > deadline:
-                    last = f" (last broker error: {broker_errors[-1]})" if broker_errors else ""
                     raise SourceError(
-                        f"{where}: nothing read for {timeout_s:g} s at offset {position}{last}"
+                        f"{where}: nothing read for {timeout_s:g} s at offset {position}{_last(broker_errors)}"
                     )
                 continue
             messages, ended = [], False
@@ -172,7 +171,9 @@ def read_slice_messages(consumer_config: Mapping[str, Any], piece: OffsetSlice, 
                     ended = True
                     break
                 if error is not None:
-                    raise SourceError(f"{where}: at offset {position}: {error.str()}")
+                    # The consumer's error may be a consequence (a coordinator look-up on a
+                    # connection the client dropped); the broker error says why.
+                    raise SourceError(f"{where}: at offset {position}: {error.str()}{_last(broker_errors)}")
                 if message.offset() >= piece.stop:
                     ended = True
                     break
@@ -188,6 +189,13 @@ def read_slice_messages(consumer_config: Mapping[str, Any], piece: OffsetSlice, 
                 return
     finally:
         consumer.close()
+
+
+def _last(broker_errors: list[Any]) -> str:
+    """The last error librdkafka reported about the brokers (the consumer's `error_cb`),
+    if any; "all brokers are down" only when nothing says why."""
+    telling = [e for e in broker_errors if e.name() != "_ALL_BROKERS_DOWN"] or broker_errors
+    return f" (last broker error: {telling[-1].str()})" if telling else ""
 
 
 @dataclass(frozen=True)
