@@ -110,8 +110,13 @@ def run(messages: int, increment: int, keys: int, workdir: Path) -> dict:
         )
         spark.sparkContext.setLogLevel("ERROR")
         try:
+            # noida-db answers a fetch with everything from its offset, whatever the fetch's
+            # size limits ask: a partition of 1.7M messages is one 116 MB response, beyond
+            # librdkafka's default receive.message.max.bytes (100 MB). A Kafka broker keeps
+            # to fetch.max.bytes and needs no such setting.
             source = KafkaSource(
-                broker.bootstrap_servers, [topic], value_schema=EVENT, message_key="event_id", timeout_s=60.0
+                broker.bootstrap_servers, [topic], value_schema=EVENT, message_key="event_id", timeout_s=60.0,
+                consumer_config={"receive.message.max.bytes": 1_000_000_000},
             )
             job = IngestionJob(
                 "events",
