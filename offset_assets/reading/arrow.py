@@ -11,8 +11,9 @@ and the deltas after it, deletes removing the key (a NULL key is a key like any 
 
 Memory: every version of the snapshot and the deltas after it is held at once (Arrow
 holds them uncompressed: for Parquet's compressed and dictionary-encoded columns many
-times their size on disk), plus the key columns and 8 bytes per version for the sort,
-plus the result. `max_bytes` (default 256 MiB of files) refuses a larger table with
+times their size on disk), plus the key columns and 8 bytes per version for the sort
+(of the deltas' versions only when the snapshot's rows are looked up by hash:
+`_newest_upserts`), plus the result. `max_bytes` (default 256 MiB of files) refuses a larger table with
 `TableTooLargeError` before anything is read; such a table is read with Spark
 (`VersionedTables`), which spills to disk and runs distributed. docs/reading.md has the
 measured peak against the size on disk. Files are opened through the warehouse's fsspec layer
