@@ -161,7 +161,23 @@ def load_twice(spark: SparkSession, source_url: str, add: Callable[[int, int], N
         "parallelism": parallelism,
         "rows_per_slice": source.rows_per_slice, "fetch_size": source.fetch_size,
         "source_fill_s": round(filled_s, 2), "first_load": first, "increment": second,
+        "peak_rss_bytes": peak_rss(spark),
     }
+
+
+def peak_rss(spark: SparkSession) -> dict:
+    """The peak resident memory of this Python driver and of its local JVM (Linux's
+    VmHWM of the process `spark-submit` became; absent for a remote driver)."""
+    import resource
+
+    peaks = {"python_driver": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    gateway = getattr(spark.sparkContext._gateway, "proc", None)
+    status = Path(f"/proc/{gateway.pid}/status") if gateway is not None else None
+    if status is not None and status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peaks["driver_jvm"] = int(line.split()[1]) * 1024
+    return peaks
 
 
 def read_cpu(rows: int, source: str, workdir: Path) -> dict:
