@@ -13,8 +13,8 @@ Memory: every version of the snapshot and the deltas after it is held at once (A
 holds them uncompressed: for Parquet's compressed and dictionary-encoded columns many
 times their size on disk), plus the key columns and 8 bytes per version for the sort
 (of the deltas' versions only when the snapshot's rows are looked up by hash:
-`_newest_upserts`), plus the result. `max_bytes` (default 256 MiB of files) refuses a larger table with
-`TableTooLargeError` before anything is read; such a table is read with Spark
+`_newest_upserts`), plus the result. `max_bytes` (default 256 MiB of files) refuses a
+larger table with `TableTooLargeError` before anything is read; such a table is read with Spark
 (`VersionedTables`), which spills to disk and runs distributed. docs/reading.md has the
 measured peak against the size on disk. Files are opened through the warehouse's fsspec layer
 (`WarehouseFiles`): local paths and every URI fsspec speaks.
@@ -271,19 +271,25 @@ def _next_version_minus_one(versions: pa.Table, primary_key: list[str]) -> pa.Ar
     return pc.if_else(next_is_same_key, pc.subtract(following, 1), pa.scalar(None, pa.int64()))
 
 
+# Key types whose equal values hash alike, as Spark compares them (not floating point:
+# Arrow's hash tells -0.0 from 0.0; not nested types, which `is_in` does not take).
+_HASHED_KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                     pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_boolean)
+
+
 def _newest_upserts(snapshot: pa.Table, versions: pa.Table, primary_key: list[str]) -> pa.Table:
     """The actual state from `snapshot` (one upsert per key) and the deltas' `versions`
     after it: the newest version of each key, unless it is a delete.
 
-    With one key column that hashes as Spark compares it (not floating point: Arrow's
-    hash tells -0.0 from 0.0, Spark's grouping does not), the snapshot rows are kept by a
-    hash lookup of the keys the deltas wrote, and only the deltas' versions are sorted: a
-    maintained table's deltas are a small part of it, and the read costs little more than
-    its files' scan. Otherwise the snapshot and the versions are sorted together."""
+    With one key column that hashes as Spark compares it (`_HASHED_KEY_TYPES`), the
+    snapshot rows are kept by a hash lookup of the keys the deltas wrote, and only the
+    deltas' versions are sorted: a maintained table's deltas are a small part of it, and
+    the read costs little more than its files' scan. Otherwise the snapshot and the
+    versions are sorted together."""
     if versions.num_rows == 0:
         return snapshot
     key_type = versions.schema.field(primary_key[0]).type
-    if len(primary_key) == 1 and snapshot.num_rows and not pa.types.is_floating(key_type):
+    if len(primary_key) == 1 and snapshot.num_rows and any(kind(key_type) for kind in _HASHED_KEY_TYPES):
         newest = versions.take(_newest_per_key(versions, primary_key))
         live = newest.filter(pc.equal(newest[SYS_OP], OP_UPSERT))
         # skip_nulls=False: a NULL key in the deltas replaces the snapshot's NULL key row.
