@@ -21,6 +21,7 @@ from offset_assets.ranges.planners import (
 from offset_assets.ranges.sources import FolderSource, SqlTableSource
 from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned import write_candidates
+from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.versioned.table import VersionedTable
 from tests.customers_source import CUSTOMERS
 
@@ -274,7 +275,8 @@ def test_an_id_range_into_a_large_table_is_read_classified_and_written_in_one_sp
     plane = connect(db_url)
     day = datetime(2022, 1, 1)
     insert_customers(source_url, *[(f"c{i}", "Oslo", day) for i in range(30)])
-    ingestion = RangeIngestion(spark, plane, id_job(source_url), warehouse)
+    # Written by Spark: the driver would read and write ranges this small itself.
+    ingestion = RangeIngestion(spark, plane, id_job(source_url), warehouse, held_rows_limit=0)
     with count_spark_jobs(spark) as first:
         ingestion.run_pending(run_id="first")
     assert first.count == 1, first.describe()  # nothing committed: no candidate to look up
@@ -294,3 +296,54 @@ def test_an_id_range_into_a_large_table_is_read_classified_and_written_in_one_sp
     assert sum(phase.seconds for phase in profile.phases) == pytest.approx(profile.wall_s)
     rows, _ = actual(spark, plane, warehouse)
     assert len(rows) == 50 and rows[-1] == (50, "d19", "Rome")
+
+
+def versions(spark, plane, warehouse):
+    """Every version of raw_customers: its data, sys_op, and the deltas that wrote and ended it."""
+    table = VersionedTable(spark, plane, "raw_customers", ["id"], CUSTOMERS, warehouse=warehouse)
+    columns = [*CUSTOMERS.fieldNames(), "sys_op", "sys_from", "sys_to"]
+    return sorted((tuple(r) for r in table.read_started_in(1, table.last_committed().delta_num)
+                   .select(*columns).collect()), key=repr)
+
+
+def test_a_small_id_range_is_read_and_written_by_the_driver_without_spark_as_spark_writes_it(
+        spark, tmp_path, source_url):
+    day = datetime(2022, 1, 1)
+    insert_customers(source_url, *[(f"c{i}", None if i % 3 == 0 else "Oslo", day) for i in range(30)])
+    # The same job twice: by the driver (the default limit), and by Spark (limit 0).
+    runs = {limit: RangeIngestion(spark, connect(f"sqlite:///{tmp_path / f'plane-{limit}.db'}"), id_job(source_url),
+                                  str(tmp_path / f"warehouse-{limit}"), held_rows_limit=limit)
+            for limit in (DEFAULT_HELD_ROWS_LIMIT, 0)}
+
+    ranges = []
+
+    def each(step):
+        found = {}
+        for limit, ingestion in runs.items():
+            with count_spark_jobs(spark) as jobs:
+                results = step(ingestion)
+            found[limit] = ([((r.data_range.start, r.data_range.end), r.rows_read, r.rows_upserted, r.rows_unchanged,
+                              r.delta_num) for r in results], jobs.count)
+            ranges.extend(r.data_range for r in results)
+        held, by_spark = found[DEFAULT_HELD_ROWS_LIMIT], found[0]
+        assert held[0] == by_spark[0]
+        assert held[1] == 0 and by_spark[1] >= 1, (held, by_spark)
+        return held[0]
+
+    assert each(lambda ingestion: ingestion.run_pending(run_id="first")) == [(("0", "30"), 30, 30, 0, 1)]
+    first = ranges[0]
+    # New rows, and rows of the first range changed (a NULL among them) or set to what they hold.
+    insert_customers(source_url, *[(f"d{i}", "Rome", day) for i in range(20)])
+    engine = sa.create_engine(source_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE customers SET city = 'Paris' WHERE id BETWEEN 1 AND 5"))
+        conn.execute(sa.text("UPDATE customers SET city = NULL WHERE id = 6"))
+        conn.execute(sa.text("UPDATE customers SET city = city WHERE id BETWEEN 7 AND 9"))
+    engine.dispose()
+    assert each(lambda ingestion: ingestion.run_pending(run_id="increment")) == [(("30", "50"), 20, 20, 0, 2)]
+    # The first range loaded again: ids 1-6 changed (1 and 4 held NULL, 6 becomes NULL),
+    # 7-9 set to what they hold and the others untouched are unchanged.
+    assert each(lambda ingestion: ingestion.refresh([first])) == [(("0", "30"), 30, 6, 24, 3)]
+    held, by_spark = (versions(spark, runs[limit].plane, runs[limit].warehouse) for limit in runs)
+    assert held == by_spark
+    assert len(held) == 56 and (6, "c5", None, 0, 3, None) in held and (1, "c0", "Paris", 0, 3, None) in held

@@ -41,7 +41,6 @@ from offset_assets.dagster_adapter.asset_spec import IncrementalAsset, table_nam
 from offset_assets.dagster_adapter.offset_store import OffsetStore
 from offset_assets.dagster_adapter.spark_resource import SparkProvider, data_plane_session
 from offset_assets.engine import IncrementalEngine
-from offset_assets.engine.held_inputs import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.result import RunResult
 from offset_assets.engine.run import TransformationRun
@@ -50,6 +49,7 @@ from offset_assets.engine.vocabulary import RunRequest
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion
 from offset_assets.reading.tables import VersionedTables
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
+from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.versioned.registered import open_registered_table
 from offset_assets.versioned.table import VersionedTable
 
@@ -91,8 +91,8 @@ class IncrementalEngineResource(dg.ConfigurableResource):
         description="An incremental run whose changed index reads at most this many versions (as the catalog "
         "bounds them) is indexed by the driver, a batch whose keys the driver holds and whose reads the catalog "
         "bounds so is read by it, and an output with at most this many committed versions is classified and "
-        "written by it (pyarrow, no Spark job; the warehouse must be reachable from it, as for deleting files); "
-        "0: everything by Spark.",
+        "written by it (pyarrow, no Spark job; the warehouse must be reachable from it, as for deleting files), "
+        "and an ingestion range of at most this many source rows is read and written by it; 0: everything by Spark.",
     )
     row_count: bool = Field(
         default=True,
@@ -206,7 +206,8 @@ class IncrementalEngineResource(dg.ConfigurableResource):
     def range_ingestion(self, job: IngestionJob) -> RangeIngestion:
         """The ranges of `job` run on this resource's session, control plane and warehouse."""
         return RangeIngestion(self.spark_session, self.control_plane(), job,
-                              warehouse=self.warehouse, small_run_rows_limit=self.small_run_rows_limit)
+                              warehouse=self.warehouse, small_run_rows_limit=self.small_run_rows_limit,
+                              held_rows_limit=self.held_rows_limit)
 
     def table_rows(self, name: str) -> int | None:
         """The actual rows of versioned table `name`, None when unknown (`row_count`)."""

@@ -33,11 +33,6 @@ from offset_assets.versioned.layout import OP_UPSERT, SYS_OP
 from offset_assets.versioned.reads import actual_bound, versions_bound
 from offset_assets.versioned.table import VersionedTable
 
-# The most versions the driver reads for one batch, and the most committed versions (and
-# written rows) of an output it classifies itself: a few MB of Arrow, read in a few
-# milliseconds, where a Spark job costs tens of them however few its rows.
-DEFAULT_HELD_ROWS_LIMIT = 50_000
-
 
 @dataclass(frozen=True)
 class _Read:

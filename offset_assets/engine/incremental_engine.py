@@ -20,7 +20,6 @@ from offset_assets.control_plane.reprocess import ReprocessRequests
 from offset_assets.engine import offset_init
 from offset_assets.engine.changed_keys import DEFAULT_DRIVER_LIMIT, ChangedIndex, KeysLike, compute_changed_index
 from offset_assets.engine.changed_keys.held_index import held_index
-from offset_assets.engine.held_inputs import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.engine.loading import DEFAULT_PUSHDOWN_LIMIT
 from offset_assets.engine.meta import meta_table
 from offset_assets.engine.pending import current_request
@@ -29,6 +28,7 @@ from offset_assets.engine.run import TransformationRun
 from offset_assets.engine.transformation import Transformation
 from offset_assets.engine.vocabulary import ChangeDetectionLike, RunRequest
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
+from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT
 
 __all__ = ["IncrementalEngine", "KeysLike", "TransformationRun"]
 

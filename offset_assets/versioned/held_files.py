@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,7 +44,8 @@ from pyspark.sql.types import (
 from offset_assets.versioned.layout import SYS_FROM, WarehouseFiles
 from offset_assets.versioned.table_schema import file_schema
 
-__all__ = ["arrow_schema", "held_schema", "key_filter", "newest_per_key", "read_versions", "write_versions"]
+__all__ = ["DEFAULT_HELD_ROWS_LIMIT", "arrow_schema", "held_schema", "key_filter", "key_range_filter", "newest_per_key",
+           "read_versions", "write_versions"]
 
 _ATOMIC = (
     IntegralType,
@@ -57,6 +59,11 @@ _ATOMIC = (
     DecimalType,
 )
 _ROW_INDEX = "__row_index"
+# The most versions the driver reads for one batch, the most committed versions (and
+# written rows) of an output it classifies itself, and the most rows of a range it reads
+# and writes itself: a few MB of Arrow, read in a few milliseconds, where a Spark job
+# costs tens of them however few its rows.
+DEFAULT_HELD_ROWS_LIMIT = 50_000
 
 
 def held_schema(schema: StructType, primary_key: Sequence[str]) -> bool:
@@ -74,15 +81,26 @@ def arrow_schema(schema: StructType, with_system: bool = True) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in to_arrow_schema(fields, timezone="UTC")])
 
 
-def read_versions(files: WarehouseFiles, schema: StructType, folders: Iterable[str]) -> pa.Table:
+def read_versions(files: WarehouseFiles, schema: StructType, folders: Iterable[str],
+                  where: ds.Expression | None = None) -> pa.Table:
     """The versions stored under `folders` (data columns, sys_op, sys_from), read as Spark
-    reads them: every data file at any depth, names starting with `_` or `.` hidden."""
+    reads them: every data file at any depth, names starting with `_` or `.` hidden;
+    `where`: only the rows it holds for, the files' row groups skipped by their statistics."""
     target = arrow_schema(schema)
     paths = [path for folder in folders for path, _ in files.data_files(folder)]
     if not paths:
         return target.empty_table()
     parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-    return ds.dataset(paths, schema=target, format=parquet, filesystem=_arrow_fs(files, paths[0])).to_table()
+    return ds.dataset(paths, schema=target, format=parquet, filesystem=_arrow_fs(files, paths[0])).to_table(
+        filter=where)
+
+
+def key_range_filter(schema: StructType, column: str, low: Any, high: Any) -> ds.Expression:
+    """`column` between `low` and `high`, or NULL where the column may be (a NULL key is a
+    key): `write_candidates`' bound by an id range, for `read_versions`."""
+    field = ds.field(column)
+    within = (field >= low) & (field <= high)
+    return within | field.is_null() if schema[column].nullable else within
 
 
 def write_versions(

@@ -27,13 +27,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from offset_assets.versioned import writes
 from offset_assets.versioned.delta_files import DeltaFiles
-from offset_assets.versioned.held_files import arrow_schema, key_filter, newest_per_key, read_versions, write_versions
+from offset_assets.versioned.held_files import (
+    arrow_schema,
+    key_filter,
+    key_range_filter,
+    newest_per_key,
+    read_versions,
+    write_versions,
+)
 from offset_assets.versioned.hot_table import HotTable
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP
-from offset_assets.versioned.write_candidates import committed_before
+from offset_assets.versioned.write_candidates import check_key_range, committed_before
 from offset_assets.versioned.write_refusals import MAX_EXAMPLES, refuse
 from offset_assets.versioned.writes import Refusal, WriteStats
 
@@ -70,17 +78,23 @@ class _Key:
 
 
 def write_held(
-    hot: HeldTarget, rows: pa.Table, refusal: Refusal | None, keep_unchanged: bool, replacing: HeldReplacement | None
+    hot: HeldTarget, rows: pa.Table, refusal: Refusal | None, keep_unchanged: bool, replacing: HeldReplacement | None,
+    key_range: tuple[Any, Any] | None = None,
 ) -> WriteStats:
     """Classify `rows` (the table's data columns, optional sys_op, and the refusal's flag
     column) against the committed versions and the hot delta's earlier writes, then
     write their versions (and, `keep_unchanged`, their unchanged rows) into `hot`. A
-    refused write raises before any file is written."""
+    refused write raises before any file is written. `key_range`: the caller's bounds of
+    the first key column (an id range's), which bound the committed versions read (their
+    row groups skipped by statistics); a row outside them refuses the write."""
     table = hot.table
     pk, columns = list(table.primary_key), table.data_columns
+    if key_range is not None and rows.num_rows:
+        extent = pc.min_max(rows[pk[0]])
+        check_key_range(table, key_range, extent["min"].as_py(), extent["max"].as_py())
     incoming = _states(rows, columns, pk, refusal)
     keys = _group(incoming)
-    for key, actual in _candidates(hot, pk, replacing, keys).items():
+    for key, actual in _candidates(hot, pk, replacing, keys, key_range).items():
         if key in keys:
             keys[key].actual = actual
         elif replacing is not None and actual[SYS_OP] == OP_UPSERT:
@@ -151,14 +165,16 @@ def _prior_states(hot: HeldTarget, pk: Sequence[str], columns: Sequence[str]) ->
 
 
 def _candidates(
-    hot: HeldTarget, pk: Sequence[str], replacing: HeldReplacement | None, keys: Mapping[tuple, _Key]
+    hot: HeldTarget, pk: Sequence[str], replacing: HeldReplacement | None, keys: Mapping[tuple, _Key],
+    key_range: tuple[Any, Any] | None = None,
 ) -> dict[tuple, dict[str, Any]]:
     """The newest committed version of each key the write concerns (the replaced keys'
-    with `replacing`, else the written keys')."""
+    with `replacing`, else the written keys'; within `key_range` when given)."""
     committed = committed_before(hot.table, hot.delta_num)
     if committed is None:
         return {}
-    versions = read_versions(hot.table.files, hot.table.schema, committed[0])
+    where = None if key_range is None else key_range_filter(hot.table.schema, pk[0], *key_range)
+    versions = read_versions(hot.table.files, hot.table.schema, committed[0], where)
     if replacing is not None:
         versions = key_filter(versions, replacing.columns, replacing.keys)
     else:

@@ -25,7 +25,8 @@ from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobSta
 from offset_assets.ranges import errors as range_errors
 from offset_assets.ranges.claims import Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError, SourceError
-from offset_assets.ranges.ingestion.job import IngestionJob, is_open_window, plan_ranges
+from offset_assets.ranges.ingestion.held import HeldRange, held_range, may_hold
+from offset_assets.ranges.ingestion.job import IngestionJob, OnMalformed, is_open_window, plan_ranges
 from offset_assets.ranges.ingestion.malformed_policy import split_malformed
 from offset_assets.ranges.ingestion.rows import read_batch, shape_rows
 from offset_assets.ranges.ingestion.writes import RangeWrites
@@ -34,10 +35,11 @@ from offset_assets.ranges.planners import (
     RangeKind,
     recorded_end,
 )
-from offset_assets.ranges.sources.batch import RangeEndSource
+from offset_assets.ranges.sources.batch import HeldRangeSource, RangeEndSource
 from offset_assets.run_profile import Profiler, RunProfile
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
+from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
 
@@ -102,7 +104,10 @@ class RangeIngestion:
     `small_run_rows_limit`: a range whose rows and target table's stored versions are at
     most this many in all is written as a small run: Spark's expressions interpreted, not
     compiled, without adaptive execution (as a transformation's run,
-    `offset_assets.versioned.evaluation`)."""
+    `offset_assets.versioned.evaluation`).
+
+    `held_rows_limit`: a range of at most this many rows, as the source counts them, is
+    read and written by the driver, without Spark (`held.py`; 0: every range by Spark)."""
 
     def __init__(
         self,
@@ -112,12 +117,14 @@ class RangeIngestion:
         warehouse: str | None = None,
         clock: Callable[[], float] = time.time,
         small_run_rows_limit: int = DEFAULT_SMALL_RUN_ROWS_LIMIT,
+        held_rows_limit: int = DEFAULT_HELD_ROWS_LIMIT,
     ) -> None:
         self.spark = spark
         self.plane = plane
         self.job = job
         self.warehouse = warehouse
         self.small_run_rows_limit = small_run_rows_limit
+        self.held_rows_limit = held_rows_limit
         self.log = JobLog(plane, clock=clock)
         self._clock = clock
         self.writes = RangeWrites(spark, plane, job, warehouse, self.log, small_run_rows_limit)
@@ -193,23 +200,31 @@ class RangeIngestion:
                 steps.start("read")
                 with profiler.phase("source_read"):
                     data_range = self._record_end(data_range, claim)
-                    batch = read_batch(self.spark, self.job, data_range)
-                    records, malformed = split_malformed(self.job, batch)
-                    shaped = shape_rows(self.spark, self.job, batch, records)
-                    rows_read = batch.row_count if batch.row_count is not None else shaped.rows.count()
+                    table = VersionedTable(self.spark, self.plane, self.job.target.name,
+                                           self.job.target.primary_key, self.job.target.schema,
+                                           warehouse=self.warehouse)
+                    held = self._read_held(data_range, table)
+                    if held is None:
+                        batch = read_batch(self.spark, self.job, data_range)
+                        records, malformed = split_malformed(self.job, batch)
+                        shaped = shape_rows(self.spark, self.job, batch, records)
+                        rows_read = batch.row_count if batch.row_count is not None else shaped.rows.count()
+                        reached, quarantined = batch.end, batch.malformed or 0
+                    else:
+                        malformed, rows_read, reached, quarantined = None, held.rows.num_rows, held.end, 0
                 steps.finish(source_count=rows_read)
 
                 steps.start("write")
                 with profiler.phase("write"):
-                    table = VersionedTable(self.spark, self.plane, self.job.target.name,
-                                           self.job.target.primary_key, self.job.target.schema,
-                                           warehouse=self.warehouse)
                     hot = self.writes.open_target_delta(table, run_id)
-                    stats = self.writes.write(hot, table, batch, shaped, rows_read)
+                    if held is None:
+                        stats = self.writes.write(hot, table, batch, shaped, rows_read)
+                    else:
+                        stats = hot.write_held(held.rows, last=True, key_range=held.key_range)
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,
-                    success_count=changed + stats.rows_unchanged, failure_count=batch.malformed or 0,
+                    success_count=changed + stats.rows_unchanged, failure_count=quarantined,
                     output=json.dumps({"table": table.name,
                                        "delta_num": hot.delta_num if changed else None,
                                        "rows_unchanged": stats.rows_unchanged,
@@ -219,12 +234,12 @@ class RangeIngestion:
                 if malformed is not None:
                     steps.start("quarantine")
                     with profiler.phase("write"):
-                        quarantine, set_aside = self.writes.quarantine(malformed, batch.malformed or 0, claim, run_id)
-                    steps.finish(source_count=batch.malformed, target_count=set_aside,
-                                 success_count=batch.malformed, failure_count=0,
+                        quarantine, set_aside = self.writes.quarantine(malformed, quarantined, claim, run_id)
+                    steps.finish(source_count=quarantined, target_count=set_aside,
+                                 success_count=quarantined, failure_count=0,
                                  output=json.dumps({"table": self.job.quarantine_name,
                                                     "delta_num": quarantine.delta_num if quarantine else None}))
-                end = batch.end if batch.end is not None else data_range.end
+                end = reached if reached is not None else data_range.end
                 # An open window holds nothing yet: end = start keeps it due until it closes.
                 logged_end = data_range.start if window_open else end
 
@@ -270,7 +285,7 @@ class RangeIngestion:
             stats.rows_upserted, stats.rows_deleted, stats.rows_unchanged, delta_num, commit_ts,
             claim.previous_run_id if claim.took_over else None, window_open, profile,
             keys_written=stats.keys_written, superseded_in_range=stats.rows_superseded,
-            rows_quarantined=batch.malformed or 0,
+            rows_quarantined=quarantined,
             quarantine_delta_num=quarantine.delta_num if quarantine is not None else None,
         )
 
@@ -306,6 +321,22 @@ class RangeIngestion:
     def _was_reverted(self, data_range: DataRange) -> bool:
         row = self.log.get_range(self.job.name, data_range.start)
         return row is not None and row.status == JobStatus.REVERTED
+
+    def _read_held(self, data_range: DataRange, table: VersionedTable) -> HeldRange | None:
+        """The range's rows read by the driver for its own write (`held.py`), None when
+        Spark reads and writes them: more than `held_rows_limit` rows, or a job, source,
+        target or rows the driver does not write. Without an id range bounding its
+        lookups, the target may hold at most `held_rows_limit` versions."""
+        source = self.job.source
+        if self.held_rows_limit <= 0 or not isinstance(source, HeldRangeSource) or not may_hold(self.job):
+            return None
+        marked = self.job.on_malformed == OnMalformed.QUARANTINE
+        batch = source.read_held(data_range, self.held_rows_limit, marked)
+        held = None if batch is None else held_range(self.job, batch)
+        if held is None or held.key_range is not None:
+            return held
+        stored = table.catalog.versions_stored([table.name])[table.name]
+        return held if stored is not None and stored <= self.held_rows_limit else None
 
     def _record_end(self, data_range: DataRange, claim: Claim) -> DataRange:
         """The range with its end decided, when it has none (the head range: a Kafka

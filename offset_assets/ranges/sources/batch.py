@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from offset_assets.ranges.planners import DataRange
 from offset_assets.versioned.writes import StateOrder
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # A source record whose values do not fit: null for the others. `source_key` names it (a
 # Kafka message's `topic/partition@offset`, a SQL row's key as JSON), `raw_value` holds it
@@ -56,6 +59,24 @@ class SourceBatch:
     read_marked: Callable[[], SourceBatch] | None = None
 
 
+@dataclass(frozen=True)
+class HeldBatch:
+    """A small range's rows read by the driver itself, as Arrow (`rows`, with the
+    `MALFORMED` column of a marked read): what `SourceBatch` says of them beside."""
+
+    rows: pa.Table
+    end: str | None
+    key_range: tuple[str, Any, Any] | None = None
+    order: StateOrder | None = None
+
+    @property
+    def malformed(self) -> int:
+        """The records a marked read marked (0: none, or an unmarked read)."""
+        if MALFORMED not in self.rows.column_names:
+            return 0
+        return self.rows.num_rows - self.rows[MALFORMED].null_count
+
+
 class RangeSource(Protocol):
     """Reads a range's rows. A source whose ranges may come without an end (ids, Kafka)
     is also a `RangeEndSource`; a planner may ask more of it (`planners.contract`)."""
@@ -63,6 +84,16 @@ class RangeSource(Protocol):
     source_type: str
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch: ...
+
+
+@runtime_checkable
+class HeldRangeSource(Protocol):
+    """A source that reads a small range in the driver, without Spark: its rows as Arrow
+    when the source counts at most `limit` of them (None: more, read by Spark), marked as
+    `SourceBatch.read_marked` marks them when `marked`. A value that does not fit fails
+    the read as on the executors, with the same error."""
+
+    def read_held(self, data_range: DataRange, limit: int, marked: bool) -> HeldBatch | None: ...
 
 
 @runtime_checkable

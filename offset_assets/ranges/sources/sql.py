@@ -21,7 +21,7 @@ from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 from offset_assets.control_plane.database import mask_url
 from offset_assets.ranges.errors import SourceError
 from offset_assets.ranges.planners import DataRange, parse_time
-from offset_assets.ranges.sources.batch import MALFORMED, SourceBatch
+from offset_assets.ranges.sources.batch import MALFORMED, HeldBatch, SourceBatch
 from offset_assets.ranges.sources.slice_tasks import read_once, session_parallelism
 from offset_assets.ranges.sources.sql_read import (
     SlicedRead,
@@ -193,11 +193,10 @@ class SqlTableSource:
             end_id = max(self.max_id() or start_id, start_id)
         return column, "id", start_id, end_id, str(end_id)
 
-    def _plan_read(self, spark: SparkSession, data_range: DataRange
-                   ) -> tuple[SlicedRead, str, int, StateOrder | None]:
-        """The range's slices (a Spark-free plan), the end reached, the range's row count
-        and the order of its rows. Everything that can fail before Spark does here:
-        reflection, a missing column, a bad bound."""
+    def _plan_read(self, data_range: DataRange) -> tuple[SlicedRead, str, int, StateOrder | None]:
+        """The range as one slice (a Spark-free plan), the end reached, the range's row
+        count and the order of its rows. Everything that can fail before a row is read
+        does here: reflection, a missing column, a bad bound."""
         table = self._reflect()
         names = list(self.columns or table.c.keys())
         if self.order_by is not None and self.order_by not in names:
@@ -221,9 +220,17 @@ class SqlTableSource:
             bounds=(lower, upper), fetch_size=self.fetch_size,
             key_columns=tuple(key), arrow_driver=self.arrow_driver,
         )
-        rows = whole.count_rows()
+        return whole, end, whole.count_rows(), self._order(table)
+
+    def _sliced(self, spark: SparkSession, whole: SlicedRead, rows: int) -> SlicedRead:
+        """`whole` cut into the slices Spark's tasks read."""
         count = self.slices or slice_count(rows, self.rows_per_slice, session_parallelism(spark))
-        return replace(whole, bounds=tuple(slice_bounds(kind, lower, upper, count))), end, rows, self._order(table)
+        return replace(whole, bounds=tuple(slice_bounds(whole.kind, whole.bounds[0], whole.bounds[-1], count)))
+
+    @staticmethod
+    def _ids(plan: SlicedRead) -> tuple[str, Any, Any] | None:
+        """An id range's ids (lower, upper]: a key range a write can bound its lookups by."""
+        return (plan.range_column, plan.bounds[0] + 1, plan.bounds[-1]) if plan.kind == "id" else None
 
     def _order(self, table: sa.Table) -> StateOrder | None:
         """The order of the rows of one key: `order_by`, whose values are unique when it is
@@ -238,10 +245,8 @@ class SqlTableSource:
         return StateOrder(self.order_by, unique=unique)
 
     def read_range(self, spark: SparkSession, data_range: DataRange) -> SourceBatch:
-        plan, end, rows, order = self._plan_read(spark, data_range)
-        ids = None
-        if plan.kind == "id":  # ids (lower, upper]: a key range a write can bound its lookups by
-            ids = (plan.range_column, plan.bounds[0] + 1, plan.bounds[-1])
+        whole, end, rows, order = self._plan_read(data_range)
+        plan, ids = self._sliced(spark, whole, rows), self._ids(whole)
 
         def read_marked() -> SourceBatch:
             # The slices planned above, read once, with their malformed records marked.
@@ -250,3 +255,18 @@ class SqlTableSource:
             return SourceBatch(kept, end, rows, ids, order, malformed=counts["malformed"])
 
         return SourceBatch(plan.dataframe(spark), end, rows, ids, order, read_marked=read_marked)
+
+    def read_held(self, data_range: DataRange, limit: int, marked: bool) -> HeldBatch | None:
+        """The range's rows read by the driver as one slice, when the database counts at
+        most `limit` (`HeldRangeSource`): the same reader, values and errors as a task's."""
+        whole, end, rows, order = self._plan_read(data_range)
+        if rows > limit:
+            return None
+        import pyarrow as pa  # a driver that only plans ranges never loads it
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        read = replace(whole, marked=marked)
+        [piece] = read.slices()
+        arrow = pa.Table.from_batches(list(read.read_slice(piece)),
+                                      schema=to_arrow_schema(read.output_schema, timezone="UTC"))
+        return HeldBatch(arrow, end, self._ids(whole), order)
