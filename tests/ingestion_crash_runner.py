@@ -1,7 +1,8 @@
 """Ingest one range in a child process and SIGKILL it while it holds the target's hot delta.
 
 Usage: python -m tests.ingestion_crash_runner DB_URL WAREHOUSE KIND SOURCE POINT
-KIND: `sql` (SOURCE: the customers table's SQLite URL), `kafka` (SOURCE: `bootstrap|topic`),
+KIND: `sql` (SOURCE: the customers table's SQLite URL; its small range is written by the
+driver), `sql-spark` (the same, written by Spark), `kafka` (SOURCE: `bootstrap|topic`),
 or `dagster` (the sql job's `id:0-5` partition materialized by Dagster, SOURCE as for sql).
 POINT: `during_write` (the range's files written, the write not returned) or
 `inside_commit` (inside the commit transaction, the delta and job_log SUCCESS written, not
@@ -19,7 +20,7 @@ from offset_assets.control_plane import connect
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.ranges.ingestion import RangeIngestion
 from offset_assets.spark import LOCAL_TEST_CONF, SHORT_JVM_OPTIONS, get_spark_session
-from offset_assets.versioned import delta_files
+from offset_assets.versioned import delta_files, held_writes
 from tests.test_ingestion_dead_writer import DAGSTER_PARTITION, customers_job, events_job
 
 
@@ -28,14 +29,19 @@ def die() -> None:
 
 
 def arm(point: str) -> None:
-    if point == "during_write":
-        write_sorted = delta_files._write_sorted
+    if point == "during_write":  # a range's files written, by Spark or by the driver (a small one)
+        write_sorted, write_versions = delta_files._write_sorted, held_writes.write_versions
 
         def write_then_die(*args, **kwargs):
             write_sorted(*args, **kwargs)
             die()
 
+        def write_held_then_die(*args, **kwargs):
+            write_versions(*args, **kwargs)
+            die()
+
         delta_files._write_sorted = write_then_die
+        held_writes.write_versions = write_held_then_die
     elif point == "inside_commit":
         mark_success = JobLog.mark_success
 
@@ -65,8 +71,9 @@ def main(db_url: str, warehouse: str, kind: str, source: str, point: str) -> Non
             dg.materialize([asset], partition_key=DAGSTER_PARTITION, instance=instance,
                            resources=engine_resources(OffsetStore(db_url=db_url), warehouse))
     else:
-        job = customers_job(source) if kind == "sql" else events_job(*source.split("|"))
-        RangeIngestion(spark, connect(db_url), job, warehouse).run_pending(run_id="crashed-run")
+        job = customers_job(source) if kind.startswith("sql") else events_job(*source.split("|"))
+        held = {"held_rows_limit": 0} if kind == "sql-spark" else {}
+        RangeIngestion(spark, connect(db_url), job, warehouse, **held).run_pending(run_id="crashed-run")
     sys.exit(3)  # reaching this line means the kill point was never hit
 
 

@@ -11,6 +11,7 @@ from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.ranges.claims import ClaimPolicy
 from offset_assets.ranges.errors import IngestionError, RangeOrderError
 from offset_assets.ranges.ingestion import IngestionJob, RangeIngestion, TargetTable
+from offset_assets.ranges.ingestion import run as ingestion_run
 from offset_assets.ranges.planners import (
     AutoIncrementIdPlanner,
     DataRange,
@@ -347,3 +348,21 @@ def test_a_small_id_range_is_read_and_written_by_the_driver_without_spark_as_spa
     held, by_spark = (versions(spark, runs[limit].plane, runs[limit].warehouse) for limit in runs)
     assert held == by_spark
     assert len(held) == 56 and (6, "c5", None, 0, 3, None) in held and (1, "c0", "Paris", 0, 3, None) in held
+
+
+@pytest.mark.parametrize("bound", ["rows", "bytes"])
+def test_a_range_beyond_the_drivers_bounds_is_read_and_written_by_spark(db_url, spark, warehouse, source_url,
+                                                                       monkeypatch, bound):
+    insert_customers(source_url, *[(f"c{i}", "Oslo" * 10, datetime(2022, 1, 1)) for i in range(30)])
+    limit = 29 if bound == "rows" else DEFAULT_HELD_ROWS_LIMIT
+    if bound == "bytes":  # 30 rows of two numbers and 42-43 characters: about 1,760 bytes, as the database reckons
+        monkeypatch.setattr(ingestion_run, "HELD_BYTES_LIMIT", 1_600)
+    ingestion = RangeIngestion(spark, connect(db_url), id_job(source_url), warehouse, held_rows_limit=limit)
+    with count_spark_jobs(spark) as jobs:
+        (result,) = ingestion.run_pending()
+    assert jobs.count >= 1 and (result.rows_read, result.rows_upserted) == (30, 30)
+    monkeypatch.setattr(ingestion_run, "HELD_BYTES_LIMIT", 10_000)
+    insert_customers(source_url, *[(f"d{i}", "Oslo" * 10, datetime(2022, 1, 1)) for i in range(29)])
+    with count_spark_jobs(spark) as jobs:
+        (result,) = ingestion.run_pending()
+    assert jobs.count == 0 and (result.rows_read, result.rows_upserted) == (29, 29)

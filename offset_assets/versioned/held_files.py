@@ -44,8 +44,8 @@ from pyspark.sql.types import (
 from offset_assets.versioned.layout import SYS_FROM, WarehouseFiles
 from offset_assets.versioned.table_schema import file_schema
 
-__all__ = ["DEFAULT_HELD_ROWS_LIMIT", "arrow_schema", "held_schema", "key_filter", "key_range_filter", "newest_per_key",
-           "read_versions", "write_versions"]
+__all__ = ["DEFAULT_HELD_ROWS_LIMIT", "HELD_BYTES_LIMIT", "arrow_schema", "held_schema", "key_filter",
+           "key_range_filter", "newest_per_key", "read_versions", "write_versions"]
 
 _ATOMIC = (
     IntegralType,
@@ -64,6 +64,9 @@ _ROW_INDEX = "__row_index"
 # and writes itself: a few MB of Arrow, read in a few milliseconds, where a Spark job
 # costs tens of them however few its rows.
 DEFAULT_HELD_ROWS_LIMIT = 50_000
+# The most bytes of a range's rows the driver reads as Arrow before it leaves them to Spark:
+# rows of unknown width (documents, blobs) are bounded by their size, not their count.
+HELD_BYTES_LIMIT = 32 * 1024 * 1024
 
 
 def held_schema(schema: StructType, primary_key: Sequence[str]) -> bool:

@@ -39,7 +39,7 @@ from offset_assets.ranges.sources.batch import HeldRangeSource, RangeEndSource
 from offset_assets.run_profile import Profiler, RunProfile
 from offset_assets.versioned.commit import commit_transaction
 from offset_assets.versioned.evaluation import DEFAULT_SMALL_RUN_ROWS_LIMIT
-from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT
+from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT, HELD_BYTES_LIMIT
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.table import VersionedTable
 
@@ -324,14 +324,15 @@ class RangeIngestion:
 
     def _read_held(self, data_range: DataRange, table: VersionedTable) -> HeldRange | None:
         """The range's rows read by the driver for its own write (`held.py`), None when
-        Spark reads and writes them: more than `held_rows_limit` rows, or a job, source,
+        Spark reads and writes them: more than `held_rows_limit` rows or
+        `HELD_BYTES_LIMIT` bytes of them, or a job, source,
         target or rows the driver does not write. Without an id range bounding its
         lookups, the target may hold at most `held_rows_limit` versions."""
         source = self.job.source
         if self.held_rows_limit <= 0 or not isinstance(source, HeldRangeSource) or not may_hold(self.job):
             return None
         marked = self.job.on_malformed == OnMalformed.QUARANTINE
-        batch = source.read_held(data_range, self.held_rows_limit, marked)
+        batch = source.read_held(data_range, self.held_rows_limit, HELD_BYTES_LIMIT, marked)
         held = None if batch is None else held_range(self.job, batch)
         if held is None or held.key_range is not None:
             return held

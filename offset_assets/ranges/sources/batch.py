@@ -89,11 +89,12 @@ class RangeSource(Protocol):
 @runtime_checkable
 class HeldRangeSource(Protocol):
     """A source that reads a small range in the driver, without Spark: its rows as Arrow
-    when the source counts at most `limit` of them (None: more, read by Spark), marked as
-    `SourceBatch.read_marked` marks them when `marked`. A value that does not fit fails
-    the read as on the executors, with the same error."""
+    when the source counts at most `limit` of them and they take at most `max_bytes`
+    (None: more, read by Spark), marked as `SourceBatch.read_marked` marks them when
+    `marked`. A value that does not fit fails the read as on the executors, with the
+    same error."""
 
-    def read_held(self, data_range: DataRange, limit: int, marked: bool) -> HeldBatch | None: ...
+    def read_held(self, data_range: DataRange, limit: int, max_bytes: int, marked: bool) -> HeldBatch | None: ...
 
 
 @runtime_checkable

@@ -256,11 +256,13 @@ class SqlTableSource:
 
         return SourceBatch(plan.dataframe(spark), end, rows, ids, order, read_marked=read_marked)
 
-    def read_held(self, data_range: DataRange, limit: int, marked: bool) -> HeldBatch | None:
+    def read_held(self, data_range: DataRange, limit: int, max_bytes: int, marked: bool) -> HeldBatch | None:
         """The range's rows read by the driver as one slice, when the database counts at
-        most `limit` (`HeldRangeSource`): the same reader, values and errors as a task's."""
+        most `limit` and they take at most `max_bytes` as Arrow (`HeldRangeSource`): the
+        same reader, values and errors as a task's."""
         whole, end, rows, order = self._plan_read(data_range)
-        if rows > limit:
+        # Counted, then reckoned: rows of unknown width (documents, blobs) by their size.
+        if rows > limit or whole.arrow_bytes() > max_bytes:
             return None
         import pyarrow as pa  # a driver that only plans ranges never loads it
         from pyspark.sql.pandas.types import to_arrow_schema
