@@ -11,7 +11,9 @@ hold, among values that fit, anywhere in a range: a REAL in the INTEGER column (
 the NUMERIC's scale, a 2 in the BOOLEAN. A history's job fails on malformed rows or
 quarantines them; a failed range is retried quarantining them. After every range the
 target table and the quarantine table equal the model's, and the range's counts the
-model's: a malformed value is never read as another value, nor as a null.
+model's: a malformed value is never read as another value, nor as a null. A history's
+ranges are read and written by the driver (`held_rows_limit`, as small ranges are by
+default; a range with records to quarantine goes to Spark) or by Spark.
 
 `make test` runs a few histories (`EXACTNESS_HISTORIES`, scaled down as the Kafka
 histories of `tests/test_ingestion_exactness.py` are); `make exactness` runs many.
@@ -40,6 +42,7 @@ from offset_assets.ranges.ingestion import QUARANTINE_KEY, QUARANTINE_SCHEMA, In
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.spark import get_spark_session
+from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.versioned.table import VersionedTable
 
 HISTORIES = max(2, int(os.environ.get("EXACTNESS_HISTORIES", "25")) // 5)
@@ -104,8 +107,8 @@ class SqlIngestionExactness(RuleBasedStateMachine):
         super().__init__()
         self.spark = get_spark_session()
 
-    @initialize(quarantines=st.booleans())
-    def start(self, quarantines: bool) -> None:
+    @initialize(quarantines=st.booleans(), by_driver=st.booleans())
+    def start(self, quarantines: bool, by_driver: bool) -> None:
         name = uuid.uuid4().hex[:10]
         self.db_url = f"sqlite:///{self.workdir}/{name}.db"
         self.source_url = f"sqlite:///{self.workdir}/{name}_source.db"
@@ -118,6 +121,8 @@ class SqlIngestionExactness(RuleBasedStateMachine):
                 "qty INTEGER, level NUMERIC(10, 2), ok BOOLEAN, sys_op INTEGER)"
             )
         self.on_malformed = "quarantine" if quarantines else "fail"
+        # Ranges this small are read and written by the driver, unless its limit is 0 (Spark).
+        self.held_rows_limit = DEFAULT_HELD_ROWS_LIMIT if by_driver else 0
         self.change_id = 0
         self.model = SqlModel()
 
@@ -173,7 +178,8 @@ class SqlIngestionExactness(RuleBasedStateMachine):
         malformed = [r for r in rows if r.reason is not None]
         valid = [r for r in rows if r.reason is None]
         while True:
-            ingestion = RangeIngestion(self.spark, self.plane, self.job(), self.warehouse)
+            ingestion = RangeIngestion(self.spark, self.plane, self.job(), self.warehouse,
+                                       held_rows_limit=self.held_rows_limit)
             if not (malformed and self.on_malformed == "fail"):
                 results = ingestion.run_pending()
                 break
@@ -211,6 +217,7 @@ class SqlIngestionExactness(RuleBasedStateMachine):
             (any(isinstance(r.held["qty"], float) for r in malformed), "a REAL in the INTEGER column"),
             (len(valid) > len(last), "a key's rows superseded in a range"),
             (None in last, "a NULL reading id written"),
+            (self.held_rows_limit and not malformed, "a range written by the driver"),
         ]:
             if happened:
                 self.seen[what] += 1

@@ -43,7 +43,7 @@ from offset_assets.versioned.hot_table import HotTable
 from offset_assets.versioned.layout import OP_DELETE, OP_UPSERT, SYS_FROM, SYS_OP
 from offset_assets.versioned.write_candidates import check_key_range, committed_before
 from offset_assets.versioned.write_refusals import MAX_EXAMPLES, refuse
-from offset_assets.versioned.writes import Refusal, WriteStats
+from offset_assets.versioned.writes import Refusal, StateOrder, WriteStats
 
 __all__ = ["HeldReplacement", "HeldTarget", "append_held", "same", "write_held"]
 
@@ -68,9 +68,12 @@ class HeldReplacement:
 
 @dataclass
 class _Key:
-    """One key's rows in a write, what it had before, and what it becomes."""
+    """One key's rows in a write, what it had before, and what it becomes. `states`: every
+    row's; `last`: those at the key's highest order in an ordered write (`StateOrder`),
+    the rows its state comes from (None: every row)."""
 
     states: list[tuple]
+    last: list[tuple] | None = None
     refused: bool = False
     prior: tuple | None = None
     actual: dict[str, Any] | None = None
@@ -79,21 +82,26 @@ class _Key:
 
 def write_held(
     hot: HeldTarget, rows: pa.Table, refusal: Refusal | None, keep_unchanged: bool, replacing: HeldReplacement | None,
-    key_range: tuple[Any, Any] | None = None,
+    key_range: tuple[Any, Any] | None = None, order: StateOrder | None = None,
 ) -> WriteStats:
     """Classify `rows` (the table's data columns, optional sys_op, and the refusal's flag
     column) against the committed versions and the hot delta's earlier writes, then
     write their versions (and, `keep_unchanged`, their unchanged rows) into `hot`. A
     refused write raises before any file is written. `key_range`: the caller's bounds of
     the first key column (an id range's), which bound the committed versions read (their
-    row groups skipped by statistics); a row outside them refuses the write."""
+    row groups skipped by statistics); a row outside them refuses the write. `order`: a
+    key's state is its last row's by `order.order_by`, a column of `rows` (a NULL lower
+    than any value; no `within`; the caller makes sure that a `unique` order holds no
+    tie, which Spark's write would break by the state's own order)."""
     table = hot.table
     pk, columns = list(table.primary_key), table.data_columns
     if key_range is not None and rows.num_rows:
         extent = pc.min_max(rows[pk[0]])
         check_key_range(table, key_range, extent["min"].as_py(), extent["max"].as_py())
-    incoming = _states(rows, columns, pk, refusal)
-    keys = _group(incoming)
+    if order is not None and order.within is not None:
+        raise ValueError("the driver's write orders a key's rows by one column, not within another")
+    incoming = _states(rows, columns, pk, refusal, order)
+    keys = _group(incoming, order)
     for key, actual in _candidates(hot, pk, replacing, keys, key_range).items():
         if key in keys:
             keys[key].actual = actual
@@ -103,7 +111,8 @@ def write_held(
         if key in keys:
             keys[key].prior = state
     counts = _classify(keys, table.schema, pk, columns)
-    refuse(table, hot.delta_num, counts, _rows_of(keys, pk, incoming, refusal), refusal)
+    refuse(table, hot.delta_num, counts, _rows_of(keys, pk, incoming, refusal), refusal,
+           None if order is None else (order, None))
     return _store(hot, keys, counts, pk, columns, keep_unchanged)
 
 
@@ -122,26 +131,39 @@ def append_held(hot: HeldTarget, rows: pa.Table) -> WriteStats:
 # -- classification -------------------------------------------------------------------
 
 
-def _states(rows: pa.Table, columns: Sequence[str], pk: Sequence[str], refusal: Refusal | None) -> list[dict]:
+def _states(rows: pa.Table, columns: Sequence[str], pk: Sequence[str], refusal: Refusal | None,
+            order: StateOrder | None = None) -> list[dict]:
     """Each row as a dict: its state (`state`, a tuple of the data columns and sys_op, the
-    non-key columns of a delete None), its key (`key`) and its values (`row`)."""
+    non-key columns of a delete None), its key (`key`), its values (`row`) and, ordered,
+    its order value (`order`)."""
     names = rows.column_names
     ops = rows[SYS_OP].to_pylist() if SYS_OP in names else [OP_UPSERT] * rows.num_rows
     flags = rows[refusal.column].to_pylist() if refusal is not None else [False] * rows.num_rows
+    orders = rows[order.order_by].to_pylist() if order is not None else [None] * rows.num_rows
     values = rows.select(list(columns)).to_pylist()
     found = []
-    for row, op, flag in zip(values, ops, flags, strict=True):
+    for row, op, flag, at in zip(values, ops, flags, orders, strict=True):
         state = tuple(row[c] if c in pk or op != OP_DELETE else None for c in columns) + (op,)
-        found.append({"key": tuple(row[c] for c in pk), "state": state, "row": row, "refused": bool(flag)})
+        found.append({"key": tuple(row[c] for c in pk), "state": state, "row": row, "refused": bool(flag),
+                      "order": at})
     return found
 
 
-def _group(incoming: list[dict]) -> dict[tuple, _Key]:
+def _group(incoming: list[dict], order: StateOrder | None = None) -> dict[tuple, _Key]:
     keys: dict[tuple, _Key] = {}
     for item in incoming:
         entry = keys.setdefault(item["key"], _Key(states=[]))
         entry.states.append(item["state"])
         entry.refused = entry.refused or item["refused"]
+    if order is None:
+        return keys
+    orders: dict[tuple, list] = {}
+    for item in incoming:
+        orders.setdefault(item["key"], []).append(item["order"])
+    for key, entry in keys.items():
+        present = [at for at in orders[key] if at is not None]
+        highest = max(present) if present else None  # a NULL is lower than any value
+        entry.last = [state for state, at in zip(entry.states, orders[key], strict=True) if at == highest]
     return keys
 
 
@@ -189,7 +211,8 @@ def _classify(keys: Mapping[tuple, _Key], schema: Any, pk: Sequence[str], column
     values = [i for i, c in enumerate(columns) if c not in pk]
     counts = dict.fromkeys([*writes.KINDS, writes.INSERTED, writes.SUPERSEDED], 0)
     for entry in keys.values():
-        state = entry.states[0]
+        last = entry.states if entry.last is None else entry.last
+        state = last[0]
         op = state[-1]
         has_actual = entry.actual is not None and entry.actual[SYS_OP] == OP_UPSERT
         if entry.refused:
@@ -200,7 +223,7 @@ def _classify(keys: Mapping[tuple, _Key], schema: Any, pk: Sequence[str], column
             entry.kind = writes.BAD_OP
         elif any(s[-1] == OP_UPSERT and any(s[i] is None for i in required) for s in entry.states):
             entry.kind = writes.BAD_NULL
-        elif any(not same(s, state) for s in entry.states[1:]):
+        elif any(not same(s, state) for s in last[1:]):
             entry.kind = writes.CONFLICT_IN_WRITE
         elif entry.prior is not None:
             entry.kind = writes.CONFLICT_IN_DELTA if not same(entry.prior, state) else writes.SEEN
@@ -265,7 +288,7 @@ def _store(
     table = hot.table
     versions, unchanged = [], []
     for entry in keys.values():
-        state = dict(zip([*columns, SYS_OP], entry.states[0], strict=True))
+        state = dict(zip([*columns, SYS_OP], (entry.states if entry.last is None else entry.last)[0], strict=True))
         if entry.kind == writes.UPSERT:
             versions.append({**state, SYS_FROM: hot.delta_num})
         elif entry.kind == writes.DELETE:

@@ -166,14 +166,15 @@ class HotDelta:
         return stats
 
     def write_held(self, rows: pa.Table, refusal: Refusal | None = None, last: bool = False,
-                   replacing: HeldReplacement | None = None, key_range: tuple[Any, Any] | None = None) -> WriteStats:
+                   replacing: HeldReplacement | None = None, key_range: tuple[Any, Any] | None = None,
+                   order: StateOrder | None = None) -> WriteStats:
         """`write` for rows the driver holds as an Arrow table (the data columns, optional
-        sys_op, the refusal's flag column): classified and written by the driver, with
-        no Spark job (`held_writes.py`; a table `held_files.held_schema` accepts).
-        `key_range`: as `write`'s."""
+        sys_op, the refusal's flag column, the order column): classified and written by
+        the driver, with no Spark job (`held_writes.py`; a table `held_files.held_schema`
+        accepts). `key_range` and `order` (without `within`): as `write`'s."""
         self._check_writable("write to")
         stats = held_writes.write_held(self, rows, refusal, keep_unchanged=not last, replacing=replacing,
-                                       key_range=key_range)
+                                       key_range=key_range, order=order)
         self._last_written = last
         return self._add(stats)
 

@@ -7,9 +7,11 @@ error on a value that does not fit), and classified and written by it with pyarr
 committed versions are read from the files of the target's key range (an id range's
 ids, row groups skipped by their statistics) or, for other ranges, from a target of at
 most that many versions. Everything else goes to Spark as before: a job with a
-transform, rows a source orders (a change log's `order_by`, Kafka's offsets), a target
-of column types the driver does not write, rows whose types are not the target's, and a
-range with records to quarantine. The range's claim, job_log and step_log rows, and its
+transform, rows ordered within a partition (Kafka's offsets) or by a floating-point
+column, a `unique` order whose values repeat or are NULL (which its database allows, and
+which Spark's write would break by the state's own order), a target of column types the
+driver does not write, rows whose types are not the target's, and a range with records
+to quarantine. The range's claim, job_log and step_log rows, and its
 commit, are the same either way.
 """
 
@@ -19,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from offset_assets.ranges.ingestion.job import IngestionJob
 from offset_assets.ranges.sources.batch import MALFORMED, HeldBatch
 from offset_assets.versioned.held_files import arrow_schema, held_schema
 from offset_assets.versioned.layout import SYS_OP
+from offset_assets.versioned.writes import StateOrder
 
 __all__ = ["HeldRange", "held_range", "may_hold"]
 
@@ -38,6 +42,7 @@ class HeldRange:
     rows: pa.Table
     end: str | None
     key_range: tuple[Any, Any] | None
+    order: StateOrder | None
 
 
 def may_hold(job: IngestionJob) -> bool:
@@ -48,10 +53,11 @@ def may_hold(job: IngestionJob) -> bool:
 
 
 def held_range(job: IngestionJob, batch: HeldBatch) -> HeldRange | None:
-    """`batch`'s rows as the target's columns for the driver's write, None when Spark
-    must write them: rows a source orders, a malformed record, a target column absent or
-    of another type (Spark's path then conforms them, or names what does not fit)."""
-    if batch.order is not None or batch.malformed:
+    """`batch`'s rows as the target's columns (and sys_op and the order column) for the
+    driver's write, None when Spark must write them: a malformed record, an order the
+    driver does not keep, a target column absent or of another type (Spark's path then
+    conforms them, or names what does not fit)."""
+    if batch.malformed:
         return None
     target = job.target
     rows = batch.rows.drop_columns([MALFORMED]) if MALFORMED in batch.rows.column_names else batch.rows
@@ -61,11 +67,44 @@ def held_range(job: IngestionJob, batch: HeldBatch) -> HeldRange | None:
         return None
     columns = list(wanted.names)
     if SYS_OP in given.names:
-        if given.field(SYS_OP).type != _SYS_OP_TYPE:
+        ops = _sys_ops(rows[SYS_OP])
+        if ops is None:
             return None
+        rows = rows.set_column(given.get_field_index(SYS_OP), SYS_OP, ops)
         columns.append(SYS_OP)
+    order = batch.order
+    if order is not None:
+        if not _kept_order(rows, order):
+            return None
+        columns += [order.order_by] if order.order_by not in columns else []
     first = target.primary_key[0]
     key_range = None
     if batch.key_range is not None and batch.key_range[0] == first:
         key_range = batch.key_range[1:]
-    return HeldRange(rows.select(columns), batch.end, key_range)
+    return HeldRange(rows.select(columns), batch.end, key_range, order)
+
+
+def _sys_ops(ops: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """A source's sys_op column as the write's int (Spark's cast), None when it is not of
+    integers or holds a value beyond an int (whose cast Spark's session decides)."""
+    if not pa.types.is_integer(ops.type):
+        return None
+    if ops.type != _SYS_OP_TYPE and ops.null_count < len(ops):
+        extent = pc.min_max(ops)
+        if extent["min"].as_py() < -(2**31) or extent["max"].as_py() >= 2**31:
+            return None
+    return ops.cast(_SYS_OP_TYPE)
+
+
+def _kept_order(rows: pa.Table, order: StateOrder) -> bool:
+    """Whether the driver's write keeps `order` as Spark's does: one column (no `within`)
+    of integers, decimals, dates or timestamps (no NaN to place), whose values, when the
+    source says they are unique, are neither NULL nor repeated in the range."""
+    if order.within is not None or rows.schema.get_field_index(order.order_by) < 0:
+        return False
+    values = rows[order.order_by]
+    kind = values.type
+    if not (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
+            or pa.types.is_timestamp(kind)):
+        return False
+    return not order.unique or (values.null_count == 0 and pc.count_distinct(values).as_py() == len(values))

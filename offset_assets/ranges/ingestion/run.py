@@ -220,7 +220,7 @@ class RangeIngestion:
                     if held is None:
                         stats = self.writes.write(hot, table, batch, shaped, rows_read)
                     else:
-                        stats = hot.write_held(held.rows, last=True, key_range=held.key_range)
+                        stats = self.writes.write_held(hot, held)
                 changed = stats.rows_upserted + stats.rows_deleted
                 steps.finish(
                     source_count=rows_read, target_count=changed,

@@ -16,6 +16,7 @@ from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import Claim, JobStatus
 from offset_assets.ranges.errors import SeveralStatesError
+from offset_assets.ranges.ingestion.held import HeldRange
 from offset_assets.ranges.ingestion.job import QUARANTINE_KEY, QUARANTINE_SCHEMA, IngestionJob, TargetTable
 from offset_assets.ranges.ingestion.rows import ShapedRows
 from offset_assets.ranges.sources.batch import SourceBatch
@@ -87,6 +88,13 @@ class RangeWrites:
                                  column_types=shaped.types, order=shaped.order)
         except ConflictingStatesError as exc:
             raise SeveralStatesError(f"{exc}; {self._order_hint(exc, batch.order, shaped.dropped)}") from exc
+
+    def write_held(self, hot: HotDelta, held: HeldRange) -> WriteStats:
+        """`write` for a range the driver read (`held.py`): written by it, no Spark job."""
+        try:
+            return hot.write_held(held.rows, last=True, key_range=held.key_range, order=held.order)
+        except ConflictingStatesError as exc:
+            raise SeveralStatesError(f"{exc}; {self._order_hint(exc, held.order, [])}") from exc
 
     def _order_hint(self, refused: ConflictingStatesError, order: StateOrder | None, dropped: list[str]) -> str:
         """How to order the rows of one key that a range's write refused."""
