@@ -122,10 +122,12 @@ def test_an_ingestion_range_into_a_small_table_is_written_as_a_small_run(compile
     monkeypatch.setattr(hot_delta.HotDelta, "write", recording_write)
     insert_customers(source_url, ("ann", "Oslo", datetime(2022, 1, 1)), ("bob", "Rome", datetime(2022, 1, 1)))
     plane = connect(sqlite_url)
-    (small,) = RangeIngestion(spark, plane, id_job(source_url), warehouse).run_pending()
+    # Written by Spark (held_rows_limit=0): the driver would write ranges this small itself.
+    (small,) = RangeIngestion(spark, plane, id_job(source_url), warehouse, held_rows_limit=0).run_pending()
     insert_customers(source_url, ("cid", "Lima", datetime(2022, 1, 2)))
     # The target holds 2 versions and the range 1 row: beyond a limit of 2.
-    (large,) = RangeIngestion(spark, plane, id_job(source_url), warehouse, small_run_rows_limit=2).run_pending()
+    (large,) = RangeIngestion(spark, plane, id_job(source_url), warehouse, small_run_rows_limit=2,
+                              held_rows_limit=0).run_pending()
     assert (small.rows_upserted, large.rows_upserted) == (2, 1)
     assert seen == [SMALL_RUN_SETTINGS, USERS_SETTINGS]
     assert settings(spark) == USERS_SETTINGS

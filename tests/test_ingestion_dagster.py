@@ -131,7 +131,7 @@ def test_time_window_partitions_ingest_in_order_and_a_backfill_reingests(
     # Where the range's time went: a table per phase, and its Spark jobs as a number.
     assert "| source_read |" in meta["profile"] and "| write |" in meta["profile"]
     assert isinstance(event.metadata["profile.spark_jobs"], dg.IntMetadataValue)
-    assert meta["profile.spark_jobs"] >= 1
+    assert meta["profile.spark_jobs"] == 0  # a range of one row: read and written by the driver
 
     early = dg.materialize([asset], partition_key="2022-01-03", resources=resources,
                            raise_on_error=False)
