@@ -13,7 +13,8 @@ quarantines them; a failed range is retried quarantining them. After every range
 target table and the quarantine table equal the model's, and the range's counts the
 model's: a malformed value is never read as another value, nor as a null. A history's
 ranges are read and written by the driver (`held_rows_limit`, as small ranges are by
-default; a range with records to quarantine goes to Spark) or by Spark.
+default; a range with records to quarantine goes to Spark) or by Spark, and its values
+are drawn among all, or among those that fit only (ranges the driver writes whole).
 
 `make test` runs a few histories (`EXACTNESS_HISTORIES`, scaled down as the Kafka
 histories of `tests/test_ingestion_exactness.py` are); `make exactness` runs many.
@@ -42,6 +43,7 @@ from offset_assets.ranges.ingestion import QUARANTINE_KEY, QUARANTINE_SCHEMA, In
 from offset_assets.ranges.planners import AutoIncrementIdPlanner
 from offset_assets.ranges.sources import SqlTableSource
 from offset_assets.spark import get_spark_session
+from offset_assets.spark_jobs import count_spark_jobs
 from offset_assets.versioned.held_files import DEFAULT_HELD_ROWS_LIMIT
 from offset_assets.versioned.table import VersionedTable
 
@@ -69,9 +71,14 @@ COLUMNS = ["change_id", "reading_id", "qty", "level", "ok", "sys_op"]
 
 KEYS = st.one_of(st.none(), st.integers(min_value=1, max_value=4))
 # Each column's values: (as inserted, as read, or None when the value does not fit).
-QTYS = st.sampled_from([(None, None), (5, 5), (3.0, 3), ("7", 7), (2.5, None), (1e30, None), ("many", None)])
-LEVELS = st.sampled_from([(None, None), (1.25, Decimal("1.25")), (3, Decimal("3.00")), (2.555, None)])
-OKS = st.sampled_from([(0, False), (1, True), (2, None)])
+QTY_VALUES = [(None, None), (5, 5), (3.0, 3), ("7", 7), (2.5, None), (1e30, None), ("many", None)]
+LEVEL_VALUES = [(None, None), (1.25, Decimal("1.25")), (3, Decimal("3.00")), (2.555, None)]
+OK_VALUES = [(0, False), (1, True), (2, None)]
+QTYS, LEVELS, OKS = (st.sampled_from(values) for values in (QTY_VALUES, LEVEL_VALUES, OK_VALUES))
+# Only values that fit (held as None, or read as something): a range of them is the driver's
+# to write, where one malformed record sends a range to Spark.
+FITTING = tuple(st.sampled_from([(held, read) for held, read in values if held is None or read is not None])
+                for values in (QTY_VALUES, LEVEL_VALUES, OK_VALUES))
 CHECKED = [("qty", "bigint"), ("level", "decimal(10,2)"), ("ok", "boolean")]
 
 
@@ -107,8 +114,8 @@ class SqlIngestionExactness(RuleBasedStateMachine):
         super().__init__()
         self.spark = get_spark_session()
 
-    @initialize(quarantines=st.booleans(), by_driver=st.booleans())
-    def start(self, quarantines: bool, by_driver: bool) -> None:
+    @initialize(quarantines=st.booleans(), by_driver=st.booleans(), fitting=st.booleans())
+    def start(self, quarantines: bool, by_driver: bool, fitting: bool) -> None:
         name = uuid.uuid4().hex[:10]
         self.db_url = f"sqlite:///{self.workdir}/{name}.db"
         self.source_url = f"sqlite:///{self.workdir}/{name}_source.db"
@@ -123,6 +130,7 @@ class SqlIngestionExactness(RuleBasedStateMachine):
         self.on_malformed = "quarantine" if quarantines else "fail"
         # Ranges this small are read and written by the driver, unless its limit is 0 (Spark).
         self.held_rows_limit = DEFAULT_HELD_ROWS_LIMIT if by_driver else 0
+        self.values = FITTING if fitting else (QTYS, LEVELS, OKS)
         self.change_id = 0
         self.model = SqlModel()
 
@@ -147,7 +155,7 @@ class SqlIngestionExactness(RuleBasedStateMachine):
         if data.draw(st.integers(0, 4)) == 0:
             held = {"change_id": self.change_id, "reading_id": key, "qty": None, "level": None, "ok": None, "sys_op": 1}
             return Row(self.change_id, key, held, held, None)
-        (qty, qty_read), (level, level_read), (ok, ok_read) = data.draw(QTYS), data.draw(LEVELS), data.draw(OKS)
+        (qty, qty_read), (level, level_read), (ok, ok_read) = (data.draw(values) for values in self.values)
         # What sqlite3 reads back: INTEGER and NUMERIC affinity store 3.0 and '7' as integers.
         held_qty = int(qty) if isinstance(qty, float) and qty.is_integer() and abs(qty) < 2**63 else qty
         held_qty = int(held_qty) if isinstance(held_qty, str) and held_qty.isdigit() else held_qty
@@ -181,7 +189,8 @@ class SqlIngestionExactness(RuleBasedStateMachine):
             ingestion = RangeIngestion(self.spark, self.plane, self.job(), self.warehouse,
                                        held_rows_limit=self.held_rows_limit)
             if not (malformed and self.on_malformed == "fail"):
-                results = ingestion.run_pending()
+                with count_spark_jobs(self.spark) as jobs:
+                    results = ingestion.run_pending()
                 break
             with pytest.raises(IngestionError) as refused:
                 ingestion.run_pending()
@@ -217,7 +226,7 @@ class SqlIngestionExactness(RuleBasedStateMachine):
             (any(isinstance(r.held["qty"], float) for r in malformed), "a REAL in the INTEGER column"),
             (len(valid) > len(last), "a key's rows superseded in a range"),
             (None in last, "a NULL reading id written"),
-            (self.held_rows_limit and not malformed, "a range written by the driver"),
+            (jobs.count == 0, "a range read and written by the driver"),
         ]:
             if happened:
                 self.seen[what] += 1
