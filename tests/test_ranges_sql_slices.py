@@ -263,5 +263,13 @@ def test_an_id_range_read_through_the_arrow_driver_equals_the_sqlalchemy_read_va
     assert arrow_backend(url, [(c.name, c.type) for c in table.c], schema) == backend
     through_driver = read(arrow_driver=True)
     assert through_driver == read(arrow_driver=False)
+    # Read by the driver itself (a small range: `read_held`), both ways: the same rows.
+    for arrow_driver in (True, False):
+        source = SqlTableSource(url, "typed", id_column="id", fetch_size=2, arrow_driver=arrow_driver)
+        held = source.read_held(whole, limit=10, max_bytes=10_000, marked=False)
+        assert held.end == whole.end and held.key_range == ("id", 1, len(TYPED_ROWS[backend]))
+        as_spark = spark.createDataFrame(held.rows, schema=source.read_range(spark, whole).df.schema)
+        assert [tuple(row) for row in as_spark.orderBy("id").collect()] == through_driver
+        assert source.read_held(whole, limit=len(TYPED_ROWS[backend]) - 1, max_bytes=10_000, marked=False) is None
     assert [row[1] for row in through_driver] == ([None, None, -7, 9007199254740993] if backend == "sqlite"
                                                   else [None, 9007199254740993, -7])
