@@ -231,18 +231,36 @@ class Profiler:
     _driver_pid: int | None = None
     _driver_at_start: DriverJvmTime | None = None
     _jobs_at_start: int | None = None
+    _without_session: bool = False
 
     @classmethod
-    def start(cls, spark: SparkSession) -> Profiler:
-        """Start the run's clock and, on a classic session, tag its jobs."""
-        profiler = cls(spark_context(spark), f"{TAG_PREFIX}{uuid.uuid4().hex}", time.monotonic())
-        if profiler.sc is not None:
-            profiler.sc.addJobTag(profiler.run_tag)
-            profiler._tagging = True
-            profiler._jobs_at_start = spark_internals.jobs_submitted(profiler.sc)
-            profiler._driver_pid = jvm_pid(profiler.sc)
-            profiler._driver_at_start = DriverJvmTime.read(profiler.sc, profiler._driver_pid)
+    def start(cls, spark: SparkSession | None) -> Profiler:
+        """Start the run's clock and, on a classic session, tag its jobs. None: no session
+        has started yet (`attach` it when one does; until then the run has no job)."""
+        profiler = cls(None, f"{TAG_PREFIX}{uuid.uuid4().hex}", time.monotonic())
+        if spark is None:
+            profiler._without_session = True
+        else:
+            profiler._tag(spark)
         return profiler
+
+    def attach(self, spark: SparkSession) -> None:
+        """The session that started during a run started without one: its jobs are the
+        run's from now, in the phase the run is in."""
+        if self._without_session:
+            self._without_session = False
+            self._tag(spark)
+            if self._tagging and self._stack:
+                self.sc.addJobTag(self._phase_tag(self._stack[-1]))
+
+    def _tag(self, spark: SparkSession) -> None:
+        self.sc = spark_context(spark)
+        if self.sc is not None:
+            self.sc.addJobTag(self.run_tag)
+            self._tagging = True
+            self._jobs_at_start = spark_internals.jobs_submitted(self.sc)
+            self._driver_pid = jvm_pid(self.sc)
+            self._driver_at_start = DriverJvmTime.read(self.sc, self._driver_pid)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -278,6 +296,8 @@ class Profiler:
         self.stop()
         seconds = dict(self.seconds)
         seconds[OTHER] = max(0.0, wall - sum(seconds.values()))
+        if self._without_session:  # no session started: no Spark job
+            return RunProfile(wall, tuple(PhaseProfile(name, s, 0, 0.0) for name, s in seconds.items()))
         if self.sc is None:
             return RunProfile(wall, tuple(PhaseProfile(name, s, None, None) for name, s in seconds.items()),
                               jobs_counted=False, not_counted=NOT_COUNTED_CONNECT)

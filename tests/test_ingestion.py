@@ -366,3 +366,25 @@ def test_a_range_beyond_the_drivers_bounds_is_read_and_written_by_spark(db_url, 
     with count_spark_jobs(spark) as jobs:
         (result,) = ingestion.run_pending()
     assert jobs.count == 0 and (result.rows_read, result.rows_upserted) == (29, 29)
+
+
+def test_a_small_range_starts_no_spark_session_and_one_that_needs_spark_starts_it_once(
+        db_url, spark, warehouse, source_url):
+    insert_customers(source_url, *[(f"c{i}", "Oslo", datetime(2022, 1, 1)) for i in range(10)])
+    started = []
+
+    def start_spark():
+        started.append(1)
+        return spark
+
+    ingestion = RangeIngestion(start_spark, connect(db_url), id_job(source_url), warehouse, held_rows_limit=10)
+    (held,) = ingestion.run_pending()
+    assert started == [] and (held.rows_upserted, held.profile.job_count) == (10, 0)
+    # Eleven rows: beyond the driver's limit, so Spark is started for the range and its
+    # jobs are the range's, counted in the phase that started it.
+    insert_customers(source_url, *[(f"d{i}", "Rome", datetime(2022, 1, 2)) for i in range(11)])
+    with count_spark_jobs(spark) as jobs:
+        (by_spark,) = ingestion.run_pending()
+    assert started == [1] and by_spark.rows_upserted == 11
+    assert by_spark.profile.job_count == jobs.count >= 1 and by_spark.profile.phase("write").jobs == jobs.count
+    assert actual(spark, connect(db_url), warehouse)[0][-1] == (21, "d10", "Rome")

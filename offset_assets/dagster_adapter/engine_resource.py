@@ -205,7 +205,9 @@ class IncrementalEngineResource(dg.ConfigurableResource):
 
     def range_ingestion(self, job: IngestionJob) -> RangeIngestion:
         """The ranges of `job` run on this resource's session, control plane and warehouse."""
-        return RangeIngestion(self.spark_session, self.control_plane(), job,
+        # The session is started when a range needs Spark: one the driver reads and writes
+        # itself (a small SQL range) starts no JVM.
+        return RangeIngestion(lambda: self.spark_session, self.control_plane(), job,
                               warehouse=self.warehouse, small_run_rows_limit=self.small_run_rows_limit,
                               held_rows_limit=self.held_rows_limit)
 

@@ -28,7 +28,7 @@ from fsspec.core import split_protocol
 from offset_assets.errors import OffsetAssetsError
 
 if TYPE_CHECKING:  # the reads without a JVM list files with this module: no PySpark import
-    from pyspark.sql import SparkSession
+    from offset_assets.lazy_session import SessionSource
 
 DELTAS_DIR = "deltas"
 SNAPSHOTS_DIR = "snapshots"
@@ -82,7 +82,7 @@ class WarehousePathError(OffsetAssetsError, ValueError):
     """The warehouse location cannot be used by this session (the message names it)."""
 
 
-def check_warehouse_location(spark: SparkSession, warehouse: str) -> str:
+def check_warehouse_location(spark: SessionSource, warehouse: str) -> str:
     """`warehouse` unchanged when every process that touches it resolves it alike.
 
     A relative path means the current folder of whoever resolves it: the driver's with a
@@ -90,10 +90,11 @@ def check_warehouse_location(spark: SparkSession, warehouse: str) -> str:
     the server's on Spark Connect, so files would scatter or vanish. Refused there, before
     anything is written, with the path named.
     """
+    from offset_assets.lazy_session import LazySession
     from offset_assets.spark import is_local_driver
 
     protocol, _ = split_protocol(warehouse)
-    if protocol is None and not os.path.isabs(warehouse) and not is_local_driver(spark):
+    if protocol is None and not os.path.isabs(warehouse) and not is_local_driver(LazySession(spark).get()):
         raise WarehousePathError(
             f"warehouse {warehouse!r} is a relative path, which executors (or a Spark Connect "
             "server) resolve against their own working folder: use an absolute path or a URI "

@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StructField, StructType
 
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
+from offset_assets.lazy_session import LazySession, SessionSource
 from offset_assets.versioned.errors import VersionedTableError
 from offset_assets.versioned.in_filter import in_values
 from offset_assets.versioned.key_joins import join_on_keys, nullable_columns
@@ -91,8 +92,8 @@ class ActualFilter:
 class TableReader:
     """Read plans over the committed files of one table."""
 
-    def __init__(self, spark: SparkSession, name: str, schema: StructType, primary_key: Sequence[str]):
-        self.spark = spark
+    def __init__(self, spark: SessionSource, name: str, schema: StructType, primary_key: Sequence[str]):
+        self._session = LazySession(spark)
         self.name = name
         self.schema = schema
         self.primary_key = list(primary_key)
@@ -102,6 +103,10 @@ class TableReader:
 
     # -- building blocks ---------------------------------------------------------------
 
+
+    @property
+    def spark(self) -> SparkSession:
+        return self._session.get()
     def scan(self, paths: Sequence[str], with_update_ts: bool = False) -> DataFrame:
         """The versions stored under `paths` (data columns, sys_op, sys_from; and the
         update_ts a snapshot stores when `with_update_ts`, null in files without it)."""

@@ -26,6 +26,7 @@ from offset_assets.config import default_warehouse
 from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo, SnapshotInfo
+from offset_assets.lazy_session import LazySession, SessionSource
 from offset_assets.versioned.errors import TableDefinitionError, VersionedTableError
 from offset_assets.versioned.hot_delta import HotDelta
 from offset_assets.versioned.layout import WarehouseFiles, check_warehouse_location, new_delta_path, table_root
@@ -54,7 +55,7 @@ class VersionedTable:
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SessionSource,
         plane: ControlPlane,
         name: str,
         primary_key: Sequence[str],
@@ -62,17 +63,23 @@ class VersionedTable:
         warehouse: str | None = None,
     ) -> None:
         validate_definition(name, primary_key, schema)
-        self.spark = spark
+        self._session = LazySession(spark)
         self.plane = plane
         self.name = name
         self.primary_key = list(primary_key)
         self.schema = schema
         self.catalog = DeltaCatalog(plane)
-        self.warehouse = check_warehouse_location(spark, warehouse or default_warehouse())
+        self.warehouse = check_warehouse_location(self._session.get, warehouse or default_warehouse())
         self.root = table_root(self.warehouse, name)
         self.files = WarehouseFiles()
-        self.reader = TableReader(spark, name, schema, self.primary_key)
+        self.reader = TableReader(self._session.get, name, schema, self.primary_key)
         self._register()
+
+    @property
+    def spark(self) -> SparkSession:
+        """The table's Spark session, started now when it was given as the function that
+        starts it (a table the driver alone reads and writes never starts one)."""
+        return self._session.get()
 
     def _register(self) -> None:
         for _ in range(REGISTER_ATTEMPTS):

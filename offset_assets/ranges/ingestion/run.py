@@ -22,6 +22,7 @@ from offset_assets.control_plane.database import ControlPlane
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord
+from offset_assets.lazy_session import LazySession, SessionSource
 from offset_assets.ranges import errors as range_errors
 from offset_assets.ranges.claims import Heartbeat, claim_range
 from offset_assets.ranges.errors import IngestionError, PlanningError, SourceError
@@ -111,7 +112,7 @@ class RangeIngestion:
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SessionSource,
         plane: ControlPlane,
         job: IngestionJob,
         warehouse: str | None = None,
@@ -119,7 +120,8 @@ class RangeIngestion:
         small_run_rows_limit: int = DEFAULT_SMALL_RUN_ROWS_LIMIT,
         held_rows_limit: int = DEFAULT_HELD_ROWS_LIMIT,
     ) -> None:
-        self.spark = spark
+        self._session = LazySession(spark, on_start=self._session_started)
+        self._profiler: Profiler | None = None
         self.plane = plane
         self.job = job
         self.warehouse = warehouse
@@ -127,7 +129,17 @@ class RangeIngestion:
         self.held_rows_limit = held_rows_limit
         self.log = JobLog(plane, clock=clock)
         self._clock = clock
-        self.writes = RangeWrites(spark, plane, job, warehouse, self.log, small_run_rows_limit)
+        self.writes = RangeWrites(self._session, plane, job, warehouse, self.log, small_run_rows_limit)
+
+    @property
+    def spark(self) -> SparkSession:
+        """The Spark session, started now when given as the function that starts it: a
+        range the driver reads and writes itself (`held.py`) never asks for it."""
+        return self._session.get()
+
+    def _session_started(self, spark: SparkSession) -> None:
+        if self._profiler is not None:  # started during a range: its jobs are the range's
+            self._profiler.attach(spark)
 
     # -- planning -----------------------------------------------------------------------
 
@@ -181,10 +193,12 @@ class RangeIngestion:
             data_range = replace(data_range, refresh=True)  # no plan runs it: a run of it loads it again
         if data_range.max_size is None:  # a Kafka range from a partition key: the planner's cap
             data_range = replace(data_range, max_size=self.job.planner.keyed_range_max_size)
-        profiler = Profiler.start(self.spark)
+        profiler = Profiler.start(self.spark if self._session.started else None)
+        self._profiler = profiler
         try:
             return self._run_claimed(data_range, pending, planned, window_open, run_id, runtime_args, profiler)
         finally:
+            self._profiler = None
             profiler.stop()  # a range that raised leaves no tag on the jobs that follow
 
     def _run_claimed(self, data_range: DataRange, pending: list[DataRange], planned: DataRange | None,
@@ -200,7 +214,7 @@ class RangeIngestion:
                 steps.start("read")
                 with profiler.phase("source_read"):
                     data_range = self._record_end(data_range, claim)
-                    table = VersionedTable(self.spark, self.plane, self.job.target.name,
+                    table = VersionedTable(self._session.get, self.plane, self.job.target.name,
                                            self.job.target.primary_key, self.job.target.schema,
                                            warehouse=self.warehouse)
                     held = self._read_held(data_range, table)

@@ -15,6 +15,7 @@ from offset_assets.control_plane.delta_catalog import HotDeltaHeldError
 from offset_assets.control_plane.delta_catalog.records import DeltaInfo
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.records import Claim, JobStatus
+from offset_assets.lazy_session import LazySession
 from offset_assets.ranges.errors import SeveralStatesError
 from offset_assets.ranges.ingestion.held import HeldRange
 from offset_assets.ranges.ingestion.job import QUARANTINE_KEY, QUARANTINE_SCHEMA, IngestionJob, TargetTable
@@ -36,14 +37,19 @@ HOLDER_PREFIX = "ingestion:"
 
 @dataclass(frozen=True)
 class RangeWrites:
-    """The writes of one job's ranges into its tables (`RangeIngestion` holds one)."""
+    """The writes of one job's ranges into its tables (`RangeIngestion` holds one; its
+    session started when a write needs Spark)."""
 
-    spark: SparkSession
+    session: LazySession
     plane: ControlPlane
     job: IngestionJob
     warehouse: str | None
     log: JobLog
     small_run_rows_limit: int
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.session.get()
 
     @property
     def holder(self) -> str:
@@ -116,8 +122,8 @@ class RangeWrites:
         """Write the range's `count` malformed records into the job's quarantine table;
         its hot delta (None: every record was there already, a refresh) and the versions
         written."""
-        table = VersionedTable(self.spark, self.plane, self.job.quarantine_name, QUARANTINE_KEY, QUARANTINE_SCHEMA,
-                               warehouse=self.warehouse)
+        table = VersionedTable(self.session.get, self.plane, self.job.quarantine_name, QUARANTINE_KEY,
+                               QUARANTINE_SCHEMA, warehouse=self.warehouse)
         hot = self.open_target_delta(table, run_id)
         try:
             rows = malformed.selectExpr(f"{string_literal(self.job.name)} AS job_name", "source_key", "raw_value",
