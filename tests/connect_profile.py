@@ -52,16 +52,18 @@ def analyses_counted(spark: SparkSession) -> Iterator[Counter[str]]:
         spark.client._analyze = analyse
 
 
-def ingestion_analyses(spark: SparkSession, db_url: str, warehouse: str) -> dict[str, int]:
-    """The analyses of a 40-row id range of a SQL table, after a first range."""
-    source = Path(warehouse).parent / "source.db"
+def ingestion_analyses(spark: SparkSession, db_url: str, warehouse: str, held_rows_limit: int) -> dict[str, int]:
+    """The analyses of a 40-row id range of a SQL table, after a first range, written by
+    Spark (`held_rows_limit` 0) or by the driver."""
+    source = Path(warehouse).parent / f"source_{held_rows_limit}.db"
     with sqlite3.connect(source) as conn:
         conn.execute("CREATE TABLE posts (id INTEGER PRIMARY KEY AUTOINCREMENT, user_id INTEGER, text TEXT)")
     schema = StructType([StructField("id", LongType(), False), StructField("user_id", LongType()),
                          StructField("text", StringType())])
-    job = IngestionJob("raw_posts_load", SqlTableSource(f"sqlite:///{source}", "posts", id_column="id"),
-                       AutoIncrementIdPlanner(), TargetTable("raw_posts", ["id"], schema))
-    ingestion = RangeIngestion(spark, connect(db_url), job, warehouse)
+    job = IngestionJob(f"raw_posts_load_{held_rows_limit}",
+                       SqlTableSource(f"sqlite:///{source}", "posts", id_column="id"),
+                       AutoIncrementIdPlanner(), TargetTable(f"raw_posts_{held_rows_limit}", ["id"], schema))
+    ingestion = RangeIngestion(spark, connect(db_url), job, warehouse, held_rows_limit=held_rows_limit)
     for first in (0, 40):
         with sqlite3.connect(source) as conn:
             conn.executemany("INSERT INTO posts (user_id, text) VALUES (?, ?)",
@@ -118,7 +120,8 @@ def main(url: str, db_url: str, warehouse: str) -> None:
         "metadata": {name: metadata[name].value for name in metadata if name.startswith("profile")},
         "summary": result.summary(),
         "small_change": {"processed_keys": small.processed_keys, "analysed": dict(analysed)},
-        "ingestion_range_analysed": ingestion_analyses(spark, db_url, warehouse),
+        "ingestion_range_analysed": ingestion_analyses(spark, db_url, warehouse, held_rows_limit=0),
+        "held_ingestion_range_analysed": ingestion_analyses(spark, db_url, warehouse, held_rows_limit=1_000),
         "refused_conflict": refused_conflict(spark, world),
         "local_rows": local_rows_over_connect(spark),
     }))

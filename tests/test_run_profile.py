@@ -196,9 +196,11 @@ def test_over_spark_connect_the_profile_has_the_drivers_times_and_a_small_run_or
     small = run["small_change"]
     assert small["processed_keys"] == 3
     assert small["analysed"] == {"schema": 1}
-    # An ingestion range of a SQL table asks for one too: the source's schema (once, for
-    # the target's columns and types); 7 before 3ce79d6.
+    # An ingestion range of a SQL table written by Spark asks for one too: the source's
+    # schema (once, for the target's columns and types); 7 before 3ce79d6. Read and
+    # written by the driver (a range this small, by default), it asks for none.
     assert run["ingestion_range_analysed"] == {"schema": 1}
+    assert run["held_ingestion_range_analysed"] == {}
     # Those counts still refuse a write: two states of one key, nothing kept.
     refused = run["refused_conflict"]
     assert refused["error"]["keys"] == [{"post_id": 11}] and "posts" in refused["error"]["message"]
