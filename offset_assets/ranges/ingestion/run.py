@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from sqlalchemy import Connection
 
 from offset_assets.control_plane.database import ControlPlane
+from offset_assets.control_plane.delta_catalog import DeltaCatalog
 from offset_assets.control_plane.job_log import JobLog
 from offset_assets.control_plane.job_log.errors import ClaimLostError
 from offset_assets.control_plane.job_log.records import Claim, JobRecord, JobStatus, StepRecord
@@ -214,10 +215,7 @@ class RangeIngestion:
                 steps.start("read")
                 with profiler.phase("source_read"):
                     data_range = self._record_end(data_range, claim)
-                    table = VersionedTable(self._session.get, self.plane, self.job.target.name,
-                                           self.job.target.primary_key, self.job.target.schema,
-                                           warehouse=self.warehouse)
-                    held = self._read_held(data_range, table)
+                    held = self._read_held(data_range)
                     if held is None:
                         batch = read_batch(self.spark, self.job, data_range)
                         records, malformed = split_malformed(self.job, batch)
@@ -230,6 +228,11 @@ class RangeIngestion:
 
                 steps.start("write")
                 with profiler.phase("write"):
+                    # Registered once the range is read: a range that fails its read (its
+                    # records not fitting the declared types) leaves no table behind.
+                    table = VersionedTable(self._session.get, self.plane, self.job.target.name,
+                                           self.job.target.primary_key, self.job.target.schema,
+                                           warehouse=self.warehouse)
                     hot = self.writes.open_target_delta(table, run_id)
                     if held is None:
                         stats = self.writes.write(hot, table, batch, shaped, rows_read)
@@ -336,7 +339,7 @@ class RangeIngestion:
         row = self.log.get_range(self.job.name, data_range.start)
         return row is not None and row.status == JobStatus.REVERTED
 
-    def _read_held(self, data_range: DataRange, table: VersionedTable) -> HeldRange | None:
+    def _read_held(self, data_range: DataRange) -> HeldRange | None:
         """The range's rows read by the driver for its own write (`held.py`), None when
         Spark reads and writes them: more than `held_rows_limit` rows or
         `HELD_BYTES_LIMIT` bytes of them, or a job, source,
@@ -350,7 +353,8 @@ class RangeIngestion:
         held = None if batch is None else held_range(self.job, batch)
         if held is None or held.key_range is not None:
             return held
-        stored = table.catalog.versions_stored([table.name])[table.name]
+        name = self.job.target.name
+        stored = DeltaCatalog(self.plane).versions_stored([name])[name]
         return held if stored is not None and stored <= self.held_rows_limit else None
 
     def _record_end(self, data_range: DataRange, claim: Claim) -> DataRange:
